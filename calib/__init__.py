@@ -1,0 +1,1 @@
+"""calib stage."""

@@ -1,0 +1,31 @@
+"""eagle3-quant: Eagle3 draft -> FP8 (AMD Quark) draft that vLLM serves, with proof that it still works.
+
+The public functions are imported lazily so that ``import eagle3_quant`` stays instant (no torch,
+no quark.torch).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "quantize_draft": "eagle3_quant.quantize.api",
+    "QuantizeResult": "eagle3_quant.quantize.api",
+    "inspect_draft": "eagle3_quant.inspection",
+    "read_draft": "eagle3_quant.draft",
+    "check_loader_compat": "eagle3_quant.validate.loader_compat",
+    "SCHEMES": "eagle3_quant.schemes",
+    "get_scheme": "eagle3_quant.schemes",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'eagle3_quant' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

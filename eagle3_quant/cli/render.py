@@ -1,0 +1,67 @@
+"""Rich tables for the terminal. Pure presentation: takes result objects, prints them."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+console = Console(highlight=False)
+if not console.is_terminal:  # logs and pipes: wide enough that runtime layer names are never cut
+    console = Console(highlight=False, width=140)
+
+
+def human_bytes(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1000
+    return f"{n:.2f} GB"
+
+
+def print_inspection(report) -> None:
+    summary = Table.grid(padding=(0, 2))
+    rows = [
+        ("source", report.source),
+        ("format", f"{report.format} ({report.architecture})"),
+        ("hidden / intermediate", f"{report.hidden_size} / {report.intermediate_size}"),
+        ("attention heads", report.heads),
+        ("target hidden", str(report.target_hidden_size)),
+        ("vocab target / draft", f"{report.target_vocab} / {report.draft_vocab}"),
+        ("aux layer ids", str(report.aux_layer_ids)),
+        ("verifier", report.verifier or "-"),
+        ("weights", f"{human_bytes(report.source_bytes)} in {report.weight_files} file(s)"),
+        ("parameters", ", ".join(f"{k} {v:,}" for k, v in report.params_by_part.items())),
+        ("optional parts", ", ".join(report.optional_parts) or "-"),
+        ("extra tensors (kept)", ", ".join(report.extra_tensors) or "-"),
+        ("scheme", f"{report.scheme}: {report.scheme_summary}"),
+        ("estimated output", human_bytes(report.estimated_output_bytes)),
+        ("vLLM exclude", ", ".join(report.vllm_exclude)),
+    ]
+    for key, value in rows:
+        summary.add_row(f"[bold]{key}[/]", value)
+    console.print(summary)
+    table = Table(title="linears")
+    for col in ("module", "shape", "dtype", "action", "why"):
+        table.add_column(col)
+    for row in report.linears:
+        table.add_row(row.module, "x".join(map(str, row.shape)), row.dtype,
+                      "[green]FP8[/]" if row.quantize else "BF16 (kept)", row.reason)
+    console.print(table)
+
+
+def print_loader_check(check, depth: int | None = None) -> None:
+    depth = depth if depth is not None else check.depths[-2 if len(check.depths) > 1 else 0]
+    table = Table(title=f"vLLM loader check (rules replayed for target depths {', '.join(map(str, check.depths))}; "
+                        f"names shown for T={depth})")
+    for col in ("runtime layer", "vLLM loads", "scheme", "intended", "ok"):
+        table.add_column(col)
+    for layer in check.layers:
+        if layer.depth != depth:
+            continue
+        loads = "refuses" if layer.quantized is None else ("FP8" if layer.quantized else "BF16")
+        intended = "-" if layer.intended is None else ("FP8" if layer.intended else "BF16")
+        table.add_row(layer.runtime_name, loads, layer.scheme or "-", intended,
+                      "[green]yes[/]" if layer.ok else f"[red]NO[/] {layer.problem}")
+    console.print(table)
+    for problem in check.config_problems:
+        console.print(f"[red]config:[/] {problem}")

@@ -1,0 +1,85 @@
+"""One error root for eagle3-quant.
+
+Every error carries the file, tensor or field it is about, and also inherits the builtin it
+resembles, so callers can catch ``ValueError`` or ``FileExistsError`` as usual. The CLI prints
+``str(error)`` as one line and exits with ``error.exit_code``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class Eagle3QuantError(Exception):
+    """Root of every error raised on purpose by eagle3-quant."""
+
+    exit_code = 2
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | Path | None = None,
+        tensor: str | None = None,
+        field: str | None = None,
+        hint: str | None = None,
+    ) -> None:
+        self.message = message
+        self.path = str(path) if path is not None else None
+        self.tensor = tensor
+        self.field = field
+        self.hint = hint
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        where = []
+        if self.path:
+            where.append(self.path)
+        if self.tensor:
+            where.append(f"tensor '{self.tensor}'")
+        if self.field:
+            where.append(f"field '{self.field}'")
+        text = (": ".join(where) + ": " if where else "") + self.message
+        if self.hint:
+            text += f" ({self.hint})"
+        return text
+
+
+class DraftFormatError(Eagle3QuantError, ValueError):
+    """The source is not a readable, consistent Eagle3 draft checkpoint."""
+
+
+class CheckpointFileError(DraftFormatError):
+    """A safetensors file or shard index is corrupt or unsafe."""
+
+
+class NotAnEagle3DraftError(DraftFormatError):
+    """The checkpoint is readable but is not an Eagle3 draft (a target model, a MoE, ...)."""
+
+
+class UnsupportedSourceError(DraftFormatError):
+    """The source holds something we refuse by default (pickle weights, an already-quantized draft)."""
+
+
+class SourceNotFoundError(Eagle3QuantError, FileNotFoundError):
+    """SRC is neither a local folder nor a reachable Hub repository."""
+
+
+class SchemeError(Eagle3QuantError, ValueError):
+    """Unknown scheme or an invalid exclusion request."""
+
+
+class OutputExistsError(Eagle3QuantError, FileExistsError):
+    """OUT exists and --force was not given, or OUT overlaps SRC."""
+
+
+class ResourceError(Eagle3QuantError, OSError):
+    """Not enough memory or disk for the job."""
+
+
+class QuantizationError(Eagle3QuantError, RuntimeError):
+    """Quark failed or produced an artifact that does not match the plan."""
+
+
+class LoaderCompatError(Eagle3QuantError, RuntimeError):
+    """vLLM would load the artifact differently from what was intended."""

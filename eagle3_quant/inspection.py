@@ -1,0 +1,96 @@
+"""`inspect`: what a draft is and what quantizing it would do, from headers only."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from eagle3_quant.draft import DraftCheckpoint, read_draft
+from eagle3_quant.schemes import DEFAULT_SCHEME, get_scheme
+from eagle3_quant.vllm_names import exclude_pattern
+
+
+@dataclass(frozen=True)
+class LinearRow:
+    role: str
+    module: str
+    shape: tuple[int, int]
+    dtype: str
+    quantize: bool
+    reason: str
+
+
+@dataclass(frozen=True)
+class DraftInspection:
+    source: str
+    format: str
+    architecture: str
+    hidden_size: int
+    intermediate_size: int
+    heads: str
+    target_hidden_size: int
+    target_vocab: int
+    draft_vocab: int
+    aux_layer_ids: list[int] | None
+    verifier: str | None
+    weight_files: int
+    source_bytes: int
+    params_by_part: dict[str, int]
+    optional_parts: list[str]
+    extra_tensors: list[str]
+    scheme: str
+    scheme_summary: str
+    linears: list[LinearRow]
+    vllm_exclude: list[str]
+    estimated_output_bytes: int
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def estimate_output_bytes(draft: DraftCheckpoint, quantized_modules: set[str], static_input: bool) -> int:
+    total = 0
+    for name, info in draft.checkpoint.tensors.items():
+        module = name.removesuffix(".weight")
+        if name.endswith(".weight") and module in quantized_modules:
+            total += info.numel + 4 * (info.shape[0] + (1 if static_input else 0))
+        else:
+            total += info.nbytes
+    return total
+
+
+def inspect_draft(src: str | Path, scheme: str = DEFAULT_SCHEME, exclude: Sequence[str] | None = None,
+                  quantize_fc: bool = False, revision: str | None = None) -> DraftInspection:
+    from eagle3_quant.quantize.plan import make_plan
+
+    draft = read_draft(src, revision)
+    plan = make_plan(draft, get_scheme(scheme), exclude, quantize_fc)
+    cfg = draft.config
+    tensors = draft.checkpoint.tensors
+    rows = [LinearRow(d.role, d.module, (d.out_features, d.in_features), tensors[d.module + ".weight"].dtype,
+                      d.quantize, d.reason) for d in plan.decisions]
+    return DraftInspection(
+        source=draft.source.describe(),
+        format=draft.format.value,
+        architecture=cfg.architecture,
+        hidden_size=cfg.hidden_size,
+        intermediate_size=cfg.intermediate_size,
+        heads=f"{cfg.num_attention_heads}q/{cfg.num_key_value_heads}kv x {cfg.head_dim}",
+        target_hidden_size=cfg.target_hidden_size,
+        target_vocab=cfg.vocab_size,
+        draft_vocab=cfg.draft_vocab_size,
+        aux_layer_ids=list(cfg.aux_layer_ids) if cfg.aux_layer_ids is not None else None,
+        verifier=cfg.verifier,
+        weight_files=len(draft.checkpoint.weight_files),
+        source_bytes=draft.checkpoint.total_bytes,
+        params_by_part=draft.params_by_part(),
+        optional_parts=list(draft.layout.optional_present),
+        extra_tensors=list(draft.layout.extra),
+        scheme=plan.scheme.name,
+        scheme_summary=plan.scheme.summary,
+        linears=rows,
+        vllm_exclude=[exclude_pattern(d.role) for d in plan.excluded],
+        estimated_output_bytes=estimate_output_bytes(
+            draft, {d.module for d in plan.quantized}, static_input=not plan.scheme.input.dynamic),
+    )

@@ -1,0 +1,120 @@
+"""Strict, header-only reading of safetensors files.
+
+Reads the 8-byte length and the JSON header, never the tensor data, and checks every entry:
+known dtype, integer shape, offsets inside the data section, byte size equal to
+numel * itemsize, no two tensors overlapping. Anything else raises ``CheckpointFileError``
+naming the file and tensor.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+from eagle3_quant.errors import CheckpointFileError
+
+DTYPE_SIZES: dict[str, int] = {
+    "BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E4M3FNUZ": 1, "F8_E5M2FNUZ": 1,
+    "I16": 2, "U16": 2, "F16": 2, "BF16": 2,
+    "I32": 4, "U32": 4, "F32": 4,
+    "I64": 8, "U64": 8, "F64": 8,
+}
+FLOAT_DTYPES = frozenset({"F16", "BF16", "F32", "F64"})
+FP8_DTYPES = frozenset({"F8_E4M3", "F8_E5M2", "F8_E4M3FNUZ", "F8_E5M2FNUZ"})
+MAX_HEADER_BYTES = 100 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """Where one tensor lives and what it is, as the header says."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    file: Path
+    data_offsets: tuple[int, int]
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.data_offsets[1] - self.data_offsets[0]
+
+
+@dataclass(frozen=True)
+class SafetensorsHeader:
+    path: Path
+    tensors: dict[str, TensorInfo]
+    metadata: dict[str, str]
+    data_start: int
+
+
+def read_header(path: Path) -> SafetensorsHeader:
+    """Read and check one safetensors header; raises ``CheckpointFileError``."""
+    try:
+        file_size = path.stat().st_size
+        with path.open("rb") as fh:
+            prefix = fh.read(8)
+            if len(prefix) < 8:
+                raise CheckpointFileError("file is shorter than the 8-byte header length", path=path)
+            (header_len,) = struct.unpack("<Q", prefix)
+            if header_len > MAX_HEADER_BYTES or 8 + header_len > file_size:
+                raise CheckpointFileError(
+                    f"header length {header_len} goes beyond the file ({file_size} bytes): truncated or "
+                    "not a safetensors file",
+                    path=path,
+                )
+            raw = fh.read(header_len)
+    except OSError as exc:
+        raise CheckpointFileError(f"cannot read: {exc.strerror or exc}", path=path) from exc
+    try:
+        header = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CheckpointFileError(f"header is not valid JSON ({exc})", path=path) from exc
+    if not isinstance(header, dict):
+        raise CheckpointFileError("header is not a JSON object", path=path)
+
+    metadata = header.pop("__metadata__", None) or {}
+    if not isinstance(metadata, dict):
+        raise CheckpointFileError("__metadata__ is not an object", path=path)
+    data_start = 8 + header_len
+    data_size = file_size - data_start
+    tensors = {name: _parse_entry(path, name, entry, data_size) for name, entry in header.items()}
+    _check_no_overlap(path, tensors)
+    return SafetensorsHeader(path=path, tensors=tensors, metadata=metadata, data_start=data_start)
+
+
+def _parse_entry(path: Path, name: str, entry: object, data_size: int) -> TensorInfo:
+    if not isinstance(entry, dict):
+        raise CheckpointFileError("header entry is not an object", path=path, tensor=name)
+    dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
+    if dtype not in DTYPE_SIZES:
+        raise CheckpointFileError(f"unknown dtype {dtype!r}", path=path, tensor=name)
+    if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
+        raise CheckpointFileError(f"shape {shape!r} is not a list of non-negative integers", path=path,
+                                  tensor=name)
+    if (not isinstance(offsets, list) or len(offsets) != 2
+            or not all(isinstance(o, int) and o >= 0 for o in offsets) or offsets[0] > offsets[1]):
+        raise CheckpointFileError(f"data_offsets {offsets!r} are not [begin, end]", path=path, tensor=name)
+    if offsets[1] > data_size:
+        raise CheckpointFileError(
+            f"data_offsets {offsets} go beyond the data section ({data_size} bytes): file truncated?",
+            path=path, tensor=name)
+    expected = math.prod(shape) * DTYPE_SIZES[dtype]
+    if offsets[1] - offsets[0] != expected:
+        raise CheckpointFileError(
+            f"{dtype} {shape} needs {expected} bytes but data_offsets span {offsets[1] - offsets[0]}",
+            path=path, tensor=name)
+    return TensorInfo(name, dtype, tuple(shape), path, (offsets[0], offsets[1]))
+
+
+def _check_no_overlap(path: Path, tensors: dict[str, TensorInfo]) -> None:
+    spans = sorted((t.data_offsets, t.name) for t in tensors.values() if t.nbytes)
+    for (prev, prev_name), (cur, cur_name) in zip(spans, spans[1:], strict=False):
+        if cur[0] < prev[1]:
+            raise CheckpointFileError(f"bytes overlap those of '{prev_name}'", path=path, tensor=cur_name)

@@ -1,0 +1,57 @@
+"""Resolve SRC: a local folder, or a Hub repo id (+ revision) fetched through huggingface_hub."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from eagle3_quant.errors import SourceNotFoundError
+
+REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+# What a draft folder needs; pickles are left behind on purpose.
+HUB_PATTERNS = ["*.json", "*.safetensors", "*.txt", "*.model", "*.tiktoken", "*.py", "*.md", "*.jinja"]
+
+
+@dataclass(frozen=True)
+class DraftSource:
+    """Where a draft came from: a local folder, or a Hub repo at a resolved commit."""
+
+    path: Path
+    repo_id: str | None = None
+    revision: str | None = None
+    commit: str | None = None
+
+    def describe(self) -> str:
+        if self.repo_id:
+            return f"{self.repo_id}@{self.commit or self.revision or 'main'}"
+        return str(self.path)
+
+
+def resolve_source(src: str | Path, revision: str | None = None) -> DraftSource:
+    """A local folder wins; otherwise SRC must look like ORG/NAME and is fetched from the Hub.
+
+    Honours HF_ENDPOINT, HF_HOME and HF_HUB_OFFLINE through huggingface_hub itself.
+    """
+    path = Path(src).expanduser()
+    if path.exists():
+        if not path.is_dir():
+            raise SourceNotFoundError("is a file; give the draft's folder", path=path)
+        return DraftSource(path=path.resolve())
+    text = str(src)
+    if not REPO_ID.match(text):
+        raise SourceNotFoundError("no such folder, and not a Hub repo id (ORG/NAME)", path=text)
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError
+
+    try:
+        local = snapshot_download(repo_id=text, revision=revision, allow_patterns=HUB_PATTERNS)
+    except RepositoryNotFoundError as exc:
+        raise SourceNotFoundError("Hub repository not found (or private without a token)", path=text) from exc
+    except LocalEntryNotFoundError as exc:
+        raise SourceNotFoundError("not in the local Hub cache and HF_HUB_OFFLINE is set or the Hub is "
+                                  "unreachable", path=text) from exc
+    except HfHubHTTPError as exc:
+        raise SourceNotFoundError(f"Hub download failed: {exc}", path=text) from exc
+    local_path = Path(local)
+    return DraftSource(path=local_path, repo_id=text, revision=revision, commit=local_path.name)

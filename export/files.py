@@ -1,0 +1,25 @@
+"""Carry the source's other files (tokenizer, generation config, ...) into the output."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from eagle3_quant.checkpoint import PICKLE_SUFFIXES
+
+# Written by us or by Quark; never copied from the source.
+OWN_FILES = frozenset({"config.json", "eagle3_quant.json", "validation.json"})
+
+
+def copy_side_files(src: Path, out: Path) -> list[str]:
+    """Copy every non-weight file of SRC that OUT lacks; returns the names copied."""
+    copied = []
+    for path in sorted(src.iterdir()):
+        name = path.name
+        if (not path.is_file() or name.startswith(".") or name in OWN_FILES or name.endswith(".safetensors")
+                or name.endswith(".safetensors.index.json") or path.suffix in PICKLE_SUFFIXES):
+            continue
+        if not (out / name).exists():
+            shutil.copyfile(path, out / name)
+            copied.append(name)
+    return copied

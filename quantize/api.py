@@ -1,0 +1,108 @@
+"""`quantize_draft`: BF16 Eagle3 draft in, checked FP8 draft out (or nothing at all)."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from eagle3_quant.export.files import copy_side_files
+from eagle3_quant.export.manifest import Manifest, write_manifest
+from eagle3_quant.export.quark_config import rewrite_config
+from eagle3_quant.export.verify import verify_export
+from eagle3_quant.quantize.checks import check_disk, check_finite
+from eagle3_quant.quantize.plan import QuantPlan, make_plan
+from eagle3_quant.validate.loader_compat import LoaderCheck, check_loader_compat
+
+from eagle3_quant.draft import read_draft
+from eagle3_quant.errors import LoaderCompatError, SchemeError
+from eagle3_quant.hashing import digest_folder
+from eagle3_quant.inspection import estimate_output_bytes
+from eagle3_quant.outdir import check_output_target, staged_output
+from eagle3_quant.schemes import DEFAULT_SCHEME, get_scheme
+
+
+@dataclass(frozen=True)
+class QuantizeResult:
+    output: Path
+    manifest: Manifest
+    plan: QuantPlan
+    loader_check: LoaderCheck
+    seconds: float
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.output / "eagle3_quant.json"
+
+
+def default_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def quantize_draft(
+    src: str | Path,
+    out: str | Path,
+    scheme: str = DEFAULT_SCHEME,
+    exclude: Sequence[str] | None = None,
+    device: str | None = None,
+    *,
+    quantize_fc: bool = False,
+    force: bool = False,
+    revision: str | None = None,
+    calib: str | Path | None = None,
+    verbose: bool = False,
+) -> QuantizeResult:
+    """Quantize an Eagle3 draft with Quark; write OUT atomically; return what was decided and written.
+
+    `exclude` adds module names to the default BF16 set (fc, lm_head); `quantize_fc` removes fc from it.
+    """
+    started = time.perf_counter()
+    chosen = get_scheme(scheme)
+    if chosen.needs_calibration and calib is None:
+        raise SchemeError(f"scheme {chosen.name!r} has static input scales and needs calibration data "
+                          "(--calib CAL, made by `eagle3-quant calibrate`)", field="calib")
+    draft = read_draft(src, revision)
+    out = check_output_target(Path(out), draft.path, force)
+    plan = make_plan(draft, chosen, exclude, quantize_fc)
+    check_disk(out.parent, estimate_output_bytes(draft, {d.module for d in plan.quantized},
+                                                 static_input=not chosen.input.dynamic))
+    check_finite(draft)
+    device = device or default_device()
+
+    with staged_output(out, draft.path, force) as staging, ThreadPoolExecutor(1) as pool:
+        inputs = pool.submit(digest_folder, draft.path)
+        if chosen.needs_calibration:
+            from eagle3_quant.quantize.static import run_static_fp8
+
+            run_static_fp8(draft, plan, Path(calib), staging, device, verbose)
+        else:
+            from eagle3_quant.quantize.quark_file import run_file_to_file
+
+            run_file_to_file(draft, plan, staging, device, verbose)
+        for written in staging.glob("*.safetensors"):
+            os.chmod(written, 0o644)
+        config = rewrite_config(staging / "config.json", draft.config.raw, plan)
+        copy_side_files(draft.path, staging)
+        verify_export(draft, staging, plan)
+        loader = check_loader_compat(config["quantization_config"], plan.intended())
+        if not loader.ok:
+            raise LoaderCompatError("vLLM would not load this as intended: " + "; ".join(loader.problems[:3]),
+                                    path=out)
+        manifest = write_manifest(staging, {
+            "source": {"path": str(draft.path), "repo_id": draft.source.repo_id,
+                       "revision": draft.source.revision, "commit": draft.source.commit,
+                       "format": draft.format.value, "architecture": draft.config.architecture},
+            "scheme": {"name": chosen.name, "weight": chosen.weight.describe(), "input": chosen.input.describe()},
+            "exclude": {"modules": [d.module for d in plan.excluded],
+                        "vllm_patterns": config["quantization_config"]["exclude"],
+                        "reasons": {d.module: d.reason for d in plan.excluded}},
+            "layers": [{"role": d.role, "module": d.module, "shape": [d.out_features, d.in_features],
+                        "quantized": d.quantize, "reason": d.reason} for d in plan.decisions],
+            "device": device,
+        }, inputs.result())
+    return QuantizeResult(out, manifest, plan, loader, time.perf_counter() - started)

@@ -1,0 +1,98 @@
+"""Which linears get quantized, and why: the per-layer decisions every later stage reads."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from eagle3_quant.draft import DraftCheckpoint
+from eagle3_quant.errors import SchemeError
+from eagle3_quant.layout import FUSED_GROUPS, LINEAR_ROLES, Part
+from eagle3_quant.schemes import Scheme
+
+DEFAULT_EXCLUDE_REASONS = {
+    "fc": "default: fuses the aux hidden states; SGLang cannot load it FP8",
+    "lm_head": "default: output head, BF16 as in AMD's FP8 drafts",
+}
+PART_ALIASES = {"attention": Part.ATTENTION, "mlp": Part.MLP}
+
+
+@dataclass(frozen=True)
+class LayerDecision:
+    role: str
+    module: str
+    out_features: int
+    in_features: int
+    quantize: bool
+    reason: str
+
+
+@dataclass(frozen=True)
+class QuantPlan:
+    scheme: Scheme
+    decisions: tuple[LayerDecision, ...]
+
+    @property
+    def quantized(self) -> tuple[LayerDecision, ...]:
+        return tuple(d for d in self.decisions if d.quantize)
+
+    @property
+    def excluded(self) -> tuple[LayerDecision, ...]:
+        return tuple(d for d in self.decisions if not d.quantize)
+
+    def intended(self) -> dict[str, bool]:
+        return {d.role: d.quantize for d in self.decisions}
+
+
+def resolve_exclude_names(draft: DraftCheckpoint, names: Sequence[str]) -> dict[str, str]:
+    """Map user names (role, fused name, part, module or weight name) to roles -> the name given."""
+    by_module = {lin.module: lin.role for lin in draft.layout.linears}
+    roles: dict[str, str] = {}
+    for name in names:
+        key = name.removesuffix(".weight")
+        if key in LINEAR_ROLES:
+            found = [key]
+        elif key in FUSED_GROUPS:
+            found = list(FUSED_GROUPS[key])
+        elif key in PART_ALIASES:
+            found = [lin.role for lin in draft.layout.linears if lin.part is PART_ALIASES[key]]
+        elif key in by_module:
+            found = [by_module[key]]
+        else:
+            valid = [*LINEAR_ROLES, *FUSED_GROUPS, *PART_ALIASES]
+            raise SchemeError(f"{name!r} names no linear of this draft; valid names: {', '.join(valid)} "
+                              "or a module name such as " + draft.layout.linear("q_proj").module,
+                              field="exclude")
+        roles.update({role: name for role in found})
+    return roles
+
+
+def make_plan(draft: DraftCheckpoint, scheme: Scheme, exclude: Sequence[str] | None = None,
+              quantize_fc: bool = False) -> QuantPlan:
+    """Default exclusions are fc and lm_head; `exclude` adds to them; `quantize_fc` drops fc."""
+    user = resolve_exclude_names(draft, exclude or ())
+    if quantize_fc and "fc" in user:
+        raise SchemeError("--quantize-fc contradicts --exclude fc", field="exclude")
+    defaults = {r: why for r, why in DEFAULT_EXCLUDE_REASONS.items() if not (r == "fc" and quantize_fc)}
+    decisions = []
+    for lin in draft.layout.linears:
+        if lin.role in user:
+            keep, reason = False, f"excluded by request ({user[lin.role]})"
+        elif lin.role in defaults:
+            keep, reason = False, defaults[lin.role]
+        else:
+            keep, reason = True, scheme.name
+        decisions.append(LayerDecision(lin.role, lin.module, lin.out_features, lin.in_features, keep, reason))
+    plan = QuantPlan(scheme, tuple(decisions))
+    _check_fused_groups(plan)
+    return plan
+
+
+def _check_fused_groups(plan: QuantPlan) -> None:
+    intended = plan.intended()
+    for fused, members in FUSED_GROUPS.items():
+        states = {intended[m] for m in members}
+        if len(states) > 1:
+            raise SchemeError(
+                f"vLLM fuses {', '.join(members)} into {fused}: they must all be quantized or all excluded "
+                f"(use --exclude {fused})", field="exclude")

@@ -1,0 +1,58 @@
+"""Quark 0.13's file-to-file path. The only module that imports quark.torch for PTPC."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+from pathlib import Path
+
+from eagle3_quant.quantize.plan import QuantPlan
+from eagle3_quant.quantize.quark_import import import_quark
+
+from eagle3_quant.draft import DraftCheckpoint
+from eagle3_quant.errors import QuantizationError
+from eagle3_quant.schemes import Scheme, TensorQuantSpec
+
+
+def _spec(spec: TensorQuantSpec):
+    from quark.torch.quantization.config.config import FP8E4M3PerChannelSpec, FP8E4M3PerTensorSpec
+
+    if spec.granularity == "per_channel":
+        return FP8E4M3PerChannelSpec(ch_axis=spec.ch_axis, is_dynamic=spec.dynamic).to_quantization_spec()
+    return FP8E4M3PerTensorSpec(observer_method="min_max", is_dynamic=spec.dynamic).to_quantization_spec()
+
+
+def quark_config(scheme: Scheme, exclude_modules: list[str]):
+    from quark.torch.quantization.config.config import QConfig, QLayerConfig
+
+    layer = QLayerConfig(weight=_spec(scheme.weight), input_tensors=_spec(scheme.input))
+    return QConfig(global_quant_config=layer, exclude=exclude_modules)
+
+
+def quark_exclude_modules(draft: DraftCheckpoint, plan: QuantPlan) -> list[str]:
+    """Every 2-D `.weight` module Quark must leave alone: excluded linears, embeddings, unknown extras.
+
+    Quark's file-to-file path quantizes any 2-D weight not excluded by name, so we name them all.
+    """
+    keep = {d.module for d in plan.quantized}
+    return sorted(name.removesuffix(".weight") for name, info in draft.checkpoint.tensors.items()
+                  if name.endswith(".weight") and len(info.shape) >= 2 and name.removesuffix(".weight") not in keep)
+
+
+def run_file_to_file(draft: DraftCheckpoint, plan: QuantPlan, out: Path, device: str, verbose: bool = False) -> None:
+    ModelQuantizer = import_quark(verbose).ModelQuantizer
+    config = quark_config(plan.scheme, quark_exclude_modules(draft, plan))
+    quantizer = ModelQuantizer(config)
+    sink = contextlib.nullcontext() if verbose else contextlib.redirect_stdout(io.StringIO())
+    previous = logging.root.manager.disable
+    try:
+        if not verbose:
+            logging.disable(logging.INFO)
+        with sink:
+            quantizer.direct_quantize_checkpoint(pretrained_model_path=str(draft.path), save_path=str(out),
+                                                 device=device)
+    except Exception as exc:  # Quark raises many types; surface one typed error naming the source
+        raise QuantizationError(f"Quark file-to-file quantization failed: {exc}", path=draft.path) from exc
+    finally:
+        logging.disable(previous)

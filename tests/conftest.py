@@ -1,0 +1,44 @@
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from eagle3_quant.formats import DraftFormat
+from eagle3_quant.synthetic import write_synthetic_draft
+
+
+def folder_hashes(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture
+def make_draft(tmp_path: Path) -> Callable[..., Path]:
+    """Build a tiny synthetic draft in tmp_path: make_draft(fmt=..., shards=..., name=...)."""
+
+    def build(fmt: DraftFormat = DraftFormat.SPECFORGE, shards: int = 1, name: str = "src", **kwargs) -> Path:
+        return write_synthetic_draft(tmp_path / name, "tiny", fmt, shards=shards, **kwargs)
+
+    return build
+
+
+@pytest.fixture(scope="session")
+def quantized_tiny(tmp_path_factory) -> Callable[..., tuple[Path, Path]]:
+    """One Quark run per (format, shards), shared by the tests that only read the result."""
+    cache: dict[tuple, tuple[Path, Path]] = {}
+
+    def get(fmt: DraftFormat = DraftFormat.SPECFORGE, shards: int = 1) -> tuple[Path, Path]:
+        from eagle3_quant.quantize.api import quantize_draft
+
+        key = (fmt, shards)
+        if key not in cache:
+            root = tmp_path_factory.mktemp(f"q-{fmt.value}-{shards}")
+            src = write_synthetic_draft(root / "src", "tiny", fmt, shards=shards)
+            quantize_draft(src, root / "out", device="cpu")
+            cache[key] = (src, root / "out")
+        return cache[key]
+
+    return get
