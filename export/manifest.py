@@ -40,9 +40,14 @@ class Manifest:
         return cls(json.loads((folder / MANIFEST_NAME).read_text()))
 
 
-def write_manifest(out: Path, body: dict[str, Any], inputs: list[FileDigest]) -> Manifest:
-    """Hash every output file (the manifest itself excepted) and write the manifest last."""
-    outputs = digest_folder(out, skip=frozenset({MANIFEST_NAME}))
+def write_manifest(out: Path, body: dict[str, Any], inputs: list[FileDigest],
+                   outputs: list[FileDigest] | None = None) -> Manifest:
+    """Write the manifest last, with every output file's digest (the manifest itself excepted).
+
+    `outputs` are digests already taken after the last write (by the export check); else OUT is hashed here.
+    """
+    if outputs is None:
+        outputs = digest_folder(out, skip=frozenset({MANIFEST_NAME}))
     data = {
         "manifest_version": MANIFEST_VERSION,
         "created_at": datetime.now(UTC).isoformat(timespec="seconds"),

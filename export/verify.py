@@ -2,34 +2,48 @@
 
 from __future__ import annotations
 
+import threading
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from eagle3_quant.export.manifest import MANIFEST_NAME
 from eagle3_quant.quantize.plan import QuantPlan
 from safetensors import safe_open
 
 from eagle3_quant.checkpoint import read_checkpoint
 from eagle3_quant.draft import DraftCheckpoint
 from eagle3_quant.errors import QuantizationError
+from eagle3_quant.hashing import CHUNK, ByteRange, FileDigest, RangeVisitor, digest_folder, read_full
 from eagle3_quant.safetensors_header import TensorInfo, read_header
 
-CHUNK = 8 * 1024 * 1024
+READ_THREADS = 2
+_buffers = threading.local()
 
 
-def same_bytes(a: TensorInfo, b: TensorInfo) -> bool:
-    if a.nbytes != b.nbytes:
-        return False
-    start_a, start_b = read_header(a.file).data_start, read_header(b.file).data_start
-    with a.file.open("rb") as fa, b.file.open("rb") as fb:
-        fa.seek(start_a + a.data_offsets[0])
-        fb.seek(start_b + b.data_offsets[0])
-        left = a.nbytes
-        while left:
-            n = min(CHUNK, left)
-            if fa.read(n) != fb.read(n):
-                return False
-            left -= n
-    return True
+@dataclass(frozen=True)
+class VerifiedExport:
+    tensors: int                 # tensors checked
+    files: list[FileDigest]      # sha256 of every file in OUT, from the same read that compared the bytes
+
+
+def _same_bytes_visitor(src: TensorInfo, src_begin: int, where: Path, name: str) -> RangeVisitor:
+    """Compare each piece of the output tensor with the same bytes of the source tensor (memcmp)."""
+
+    def visit(piece: memoryview, offset: int) -> None:
+        if len(piece) == CHUNK:
+            expected = getattr(_buffers, "chunk", None) or bytearray(CHUNK)
+            _buffers.chunk = expected
+        else:
+            expected = bytearray(len(piece))
+        with src.file.open("rb", buffering=0) as fh:
+            fh.seek(src_begin + offset)
+            filled = read_full(fh, memoryview(expected))
+        if filled != len(piece) or expected != piece:
+            raise QuantizationError("should be copied unchanged but differs from the source", path=where,
+                                    tensor=name)
+
+    return visit
 
 
 def _load(info: TensorInfo) -> torch.Tensor:
@@ -48,9 +62,14 @@ def _check_scale(info: TensorInfo | None, name: str, shape: tuple[int, ...], whe
         raise QuantizationError("scale is not finite and positive everywhere", path=where, tensor=name)
 
 
-def verify_export(draft: DraftCheckpoint, out: Path, plan: QuantPlan) -> int:
-    """Raise QuantizationError on any difference from the plan; returns the number of tensors checked."""
+def verify_export(draft: DraftCheckpoint, out: Path, plan: QuantPlan) -> VerifiedExport:
+    """Raise QuantizationError on any difference from the plan; return what was checked and every file's digest.
+
+    Headers first (names, dtypes, shapes, scales); then one streamed read of OUT hashes every file and
+    bit-compares each tensor that must be unchanged with the source, never a whole tensor in memory.
+    """
     written = read_checkpoint(out).tensors
+    unchanged: list[tuple[TensorInfo, TensorInfo]] = []
     quantized = {d.module: d for d in plan.quantized}
     expected_new = set()
     for name, src_info in draft.checkpoint.tensors.items():
@@ -69,11 +88,30 @@ def verify_export(draft: DraftCheckpoint, out: Path, plan: QuantPlan) -> int:
             if not plan.scheme.input.dynamic:
                 _check_scale(written.get(module + ".input_scale"), module + ".input_scale", (1,), out)
                 expected_new.add(module + ".input_scale")
-        elif out_info.dtype != src_info.dtype or out_info.shape != src_info.shape or not same_bytes(src_info,
-                                                                                                     out_info):
+        elif (out_info.dtype, out_info.shape, out_info.nbytes) != (src_info.dtype, src_info.shape, src_info.nbytes):
             raise QuantizationError("should be copied unchanged but differs from the source", path=out,
                                     tensor=name)
+        else:
+            unchanged.append((src_info, out_info))
     unexpected = sorted(set(written) - set(draft.checkpoint.tensors) - expected_new)
     if unexpected:
         raise QuantizationError(f"unexpected tensors in the output: {', '.join(unexpected[:5])}", path=out)
-    return len(written)
+    return VerifiedExport(len(written), digest_folder(out, skip=frozenset({MANIFEST_NAME}),
+                                                      ranges=_comparison_ranges(unchanged, out), workers=READ_THREADS))
+
+
+def _comparison_ranges(pairs: list[tuple[TensorInfo, TensorInfo]], where: Path) -> dict[Path, list[ByteRange]]:
+    starts: dict[Path, int] = {}
+
+    def data_start(file: Path) -> int:
+        if file not in starts:
+            starts[file] = read_header(file).data_start
+        return starts[file]
+
+    ranges: dict[Path, list[ByteRange]] = {}
+    for src, written in pairs:
+        if written.nbytes:
+            begin = data_start(written.file) + written.data_offsets[0]
+            visit = _same_bytes_visitor(src, data_start(src.file) + src.data_offsets[0], where, src.name)
+            ranges.setdefault(written.file.resolve(), []).append(ByteRange(begin, begin + written.nbytes, visit))
+    return ranges

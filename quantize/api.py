@@ -5,24 +5,24 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from eagle3_quant.export.files import copy_side_files
 from eagle3_quant.export.manifest import Manifest, write_manifest
 from eagle3_quant.export.quark_config import rewrite_config
 from eagle3_quant.export.verify import verify_export
-from eagle3_quant.quantize.checks import check_disk, check_finite
+from eagle3_quant.quantize.checks import check_disk, scan_source
 from eagle3_quant.quantize.plan import QuantPlan, make_plan
+from eagle3_quant.quantize.quark_import import import_quark_in_background
 from eagle3_quant.validate.loader_compat import LoaderCheck, check_loader_compat
 
-from eagle3_quant.draft import read_draft
+from eagle3_quant.draft import DraftCheckpoint, read_draft
 from eagle3_quant.errors import LoaderCompatError, SchemeError
-from eagle3_quant.hashing import digest_folder
 from eagle3_quant.inspection import estimate_output_bytes
 from eagle3_quant.outdir import check_output_target, staged_output
-from eagle3_quant.schemes import DEFAULT_SCHEME, get_scheme
+from eagle3_quant.schemes import DEFAULT_SCHEME, Scheme, get_scheme
+from eagle3_quant.stage_timer import StageTimer
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,7 @@ class QuantizeResult:
     plan: QuantPlan
     loader_check: LoaderCheck
     seconds: float
+    timings: dict[str, float] = field(default_factory=dict)   # stage -> wall seconds
 
     @property
     def manifest_path(self) -> Path:
@@ -66,43 +67,57 @@ def quantize_draft(
     if chosen.needs_calibration and calib is None:
         raise SchemeError(f"scheme {chosen.name!r} has static input scales and needs calibration data "
                           "(--calib CAL, made by `eagle3-quant calibrate`)", field="calib")
-    draft = read_draft(src, revision)
-    out = check_output_target(Path(out), draft.path, force)
-    plan = make_plan(draft, chosen, exclude, quantize_fc)
-    check_disk(out.parent, estimate_output_bytes(draft, {d.module for d in plan.quantized},
-                                                 static_input=not chosen.input.dynamic))
-    check_finite(draft)
+    timer = StageTimer()
+    with timer.stage("read headers"):
+        draft = read_draft(src, revision)
+        out = check_output_target(Path(out), draft.path, force)
+        plan = make_plan(draft, chosen, exclude, quantize_fc)
+        check_disk(out.parent, estimate_output_bytes(draft, {d.module for d in plan.quantized},
+                                                     static_input=not chosen.input.dynamic))
+    quark_import = import_quark_in_background(verbose)   # overlaps the source scan below
+    with timer.stage("scan source (sha256 + NaN/Inf)"):
+        inputs = scan_source(draft)
     device = device or default_device()
 
-    with staged_output(out, draft.path, force) as staging, ThreadPoolExecutor(1) as pool:
-        inputs = pool.submit(digest_folder, draft.path)
-        if chosen.needs_calibration:
-            from eagle3_quant.quantize.static import run_static_fp8
+    with staged_output(out, draft.path, force) as staging:
+        with timer.stage("import quark.torch (wait)"):
+            timer.seconds["import quark.torch (background)"] = quark_import.result()[1]
+        with timer.stage("quark"):
+            if chosen.needs_calibration:
+                from eagle3_quant.quantize.static import run_static_fp8
 
-            run_static_fp8(draft, plan, Path(calib), staging, device, verbose)
-        else:
-            from eagle3_quant.quantize.quark_file import run_file_to_file
+                run_static_fp8(draft, plan, Path(calib), staging, device, verbose)
+            else:
+                from eagle3_quant.quantize.quark_file import run_file_to_file
 
-            run_file_to_file(draft, plan, staging, device, verbose)
-        for written in staging.glob("*.safetensors"):
-            os.chmod(written, 0o644)
-        config = rewrite_config(staging / "config.json", draft.config.raw, plan)
-        copy_side_files(draft.path, staging)
-        verify_export(draft, staging, plan)
+                run_file_to_file(draft, plan, staging, device, verbose)
+        with timer.stage("config + side files"):
+            for written in staging.glob("*.safetensors"):
+                os.chmod(written, 0o644)
+            config = rewrite_config(staging / "config.json", draft.config.raw, plan)
+            copy_side_files(draft.path, staging)
+        with timer.stage("verify + sha256 outputs"):
+            verified = verify_export(draft, staging, plan)   # after the last write: its digests go in the manifest
         loader = check_loader_compat(config["quantization_config"], plan.intended())
         if not loader.ok:
             raise LoaderCompatError("vLLM would not load this as intended: " + "; ".join(loader.problems[:3]),
                                     path=out)
-        manifest = write_manifest(staging, {
-            "source": {"path": str(draft.path), "repo_id": draft.source.repo_id,
-                       "revision": draft.source.revision, "commit": draft.source.commit,
-                       "format": draft.format.value, "architecture": draft.config.architecture},
-            "scheme": {"name": chosen.name, "weight": chosen.weight.describe(), "input": chosen.input.describe()},
-            "exclude": {"modules": [d.module for d in plan.excluded],
-                        "vllm_patterns": config["quantization_config"]["exclude"],
-                        "reasons": {d.module: d.reason for d in plan.excluded}},
-            "layers": [{"role": d.role, "module": d.module, "shape": [d.out_features, d.in_features],
-                        "quantized": d.quantize, "reason": d.reason} for d in plan.decisions],
-            "device": device,
-        }, inputs.result())
-    return QuantizeResult(out, manifest, plan, loader, time.perf_counter() - started)
+        with timer.stage("manifest"):
+            manifest = write_manifest(staging, _manifest_body(draft, chosen, plan, config, device), inputs,
+                                      verified.files)
+    return QuantizeResult(out, manifest, plan, loader, time.perf_counter() - started, timer.seconds)
+
+
+def _manifest_body(draft: DraftCheckpoint, chosen: Scheme, plan: QuantPlan, config: dict, device: str) -> dict:
+    return {
+        "source": {"path": str(draft.path), "repo_id": draft.source.repo_id,
+                   "revision": draft.source.revision, "commit": draft.source.commit,
+                   "format": draft.format.value, "architecture": draft.config.architecture},
+        "scheme": {"name": chosen.name, "weight": chosen.weight.describe(), "input": chosen.input.describe()},
+        "exclude": {"modules": [d.module for d in plan.excluded],
+                    "vllm_patterns": config["quantization_config"]["exclude"],
+                    "reasons": {d.module: d.reason for d in plan.excluded}},
+        "layers": [{"role": d.role, "module": d.module, "shape": [d.out_features, d.in_features],
+                    "quantized": d.quantize, "reason": d.reason} for d in plan.decisions],
+        "device": device,
+    }

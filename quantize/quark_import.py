@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import sys
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
 
 
 def import_quark(verbose: bool = False):
@@ -13,3 +15,22 @@ def import_quark(verbose: bool = False):
     import quark.torch
 
     return quark.torch
+
+
+def import_quark_in_background(verbose: bool = False) -> Future:
+    """Start the import in a worker thread; the future's result is (quark.torch, seconds the import took).
+
+    The import is ~20 s of GIL-bound Python on one core, so streamed reading and hashing of the draft
+    (file reads, sha256 and torch reductions release the GIL) run beside it on the other. The thread is
+    not a daemon: an error raised meanwhile is reported at once, and the process exits once the import ends.
+    """
+
+    def timed():
+        started = time.perf_counter()
+        module = import_quark(verbose)
+        return module, time.perf_counter() - started
+
+    pool = ThreadPoolExecutor(1, thread_name_prefix="import-quark")
+    future = pool.submit(timed)
+    pool.shutdown(wait=False)
+    return future

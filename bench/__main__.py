@@ -1,0 +1,175 @@
+"""`python -m bench` (`make bench`): eagle3-quant quantize vs Quark's bare call vs a file copy, side by side.
+
+Each contender runs in a fresh child process; wall time and that child's peak RSS (wait4 ru_maxrss) are
+recorded; contenders alternate order between repeats; medians are reported. Drafts are built once into
+the cache folder and reused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from bench.contenders import (
+    CONTENDERS,
+    IMPORT_CODE,
+    INSPECT_IMPORTS_CODE,
+    PYTHON,
+    REPO,
+    breakdown_command,
+    contender_command,
+    eagle3_quant_bin,
+    parse_last_json,
+    quark_exclude_list,
+)
+from bench.drafts import BENCH_SHAPES, DEFAULT_CACHE, cached_draft, folder_bytes
+from bench.measure import drop_dirty_pages, median, run_measured
+from bench.report import check_targets, format_breakdowns, format_extras, format_table
+
+DEFAULT_OUT = REPO / "bench" / "results" / "latest.json"
+CLI_REPEAT = 5
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--shapes", default="tiny,llama3-8b,kimi-k2.5",
+                        help=f"comma-separated, from: {', '.join(BENCH_SHAPES)}")
+    parser.add_argument("--repeat", type=int, default=None,
+                        help="runs per contender (default: 3 for tiny and llama3-8b, 2 for kimi-k2.5)")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON results file")
+    parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="where drafts are built and kept")
+    parser.add_argument("--no-breakdown", action="store_true", help="skip the per-stage timing run")
+    parser.add_argument("--no-extras", action="store_true",
+                        help="skip --help/inspect timing, the quark.torch import timing and throughput")
+    args = parser.parse_args(argv)
+    args.shapes = [s.strip() for s in args.shapes.split(",") if s.strip()]
+    unknown = [s for s in args.shapes if s not in BENCH_SHAPES]
+    if unknown:
+        parser.error(f"unknown shape(s) {', '.join(unknown)}; valid: {', '.join(BENCH_SHAPES)}")
+    if args.repeat is not None and args.repeat < 1:
+        parser.error("--repeat must be >= 1")
+    return args
+
+
+def machine() -> dict[str, Any]:
+    meminfo = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines() if ":" in line)
+    versions = {}
+    for name in ("eagle3-quant", "amd-quark", "torch", "safetensors"):
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = "not installed"
+    return {"cpus": os.cpu_count(), "memory_gb": round(int(meminfo["MemTotal"].split()[0]) / 1e6, 1),
+            "platform": platform.platform(), "python": platform.python_version(), "versions": versions,
+            "load_average_at_start": [round(x, 2) for x in os.getloadavg()]}
+
+
+def bench_shape(name: str, repeat: int, cache: Path, breakdown: bool) -> dict[str, Any]:
+    src = cached_draft(BENCH_SHAPES[name], cache)
+    exclude = quark_exclude_list(src)
+    for file in sorted(src.glob("*.safetensors")):   # warm the page cache for every contender alike
+        with file.open("rb") as fh:
+            while fh.read(64 << 20):
+                pass
+    runs: dict[str, list[dict]] = {c: [] for c in CONTENDERS}
+    work = cache / "runs"
+    for i in range(repeat):
+        order = CONTENDERS if i % 2 == 0 else tuple(reversed(CONTENDERS))
+        for contender in order:
+            out = work / f"{name}-{contender.replace(' ', '-')}"
+            shutil.rmtree(out, ignore_errors=True)
+            drop_dirty_pages()
+            measured = run_measured(contender_command(contender, src, out, exclude), cwd=REPO)
+            runs[contender].append(measured.to_dict())
+            print(f"  {name} run {i + 1}/{repeat} {contender:<13} {measured.wall_s:8.2f} s "
+                  f"{measured.peak_rss_bytes / 1e9:6.2f} GB", flush=True)
+            shutil.rmtree(out, ignore_errors=True)
+    med = {c: {"wall_s": round(median([r["wall_s"] for r in runs[c]]), 4),
+               "peak_rss_bytes": int(median([r["peak_rss_bytes"] for r in runs[c]]))} for c in CONTENDERS}
+    entry: dict[str, Any] = {
+        "source": {"path": str(src), "bytes": folder_bytes(src), "weight_files": len(list(src.glob("*.safetensors"))),
+                   "quark_exclude": exclude},
+        "repeat": repeat, "runs": runs, "median": med,
+        "ratio": {"wall": round(med["eagle3-quant"]["wall_s"] / med["bare Quark"]["wall_s"], 4),
+                  "peak_rss": round(med["eagle3-quant"]["peak_rss_bytes"] / med["bare Quark"]["peak_rss_bytes"], 4)},
+    }
+    if breakdown:
+        out = work / f"{name}-breakdown"
+        drop_dirty_pages()
+        entry["breakdown"] = parse_last_json(run_measured(breakdown_command(src, out), cwd=REPO).stdout)
+        shutil.rmtree(out, ignore_errors=True)
+    return entry
+
+
+def bench_cli(largest: Path, repeat: int) -> dict[str, Any]:
+    tool = eagle3_quant_bin()
+    help_runs = [run_measured([tool, "--help"]).wall_s for _ in range(repeat)]
+    inspect_runs = [run_measured([tool, "inspect", str(largest)]).wall_s for _ in range(repeat)]
+    imports = run_measured([PYTHON, "-c", INSPECT_IMPORTS_CODE, str(largest)]).stdout.strip().splitlines()[-1]
+    return {"help": {"runs_s": [round(x, 4) for x in help_runs], "median_s": round(median(help_runs), 4)},
+            "inspect": {"shape": largest.name, "runs_s": [round(x, 4) for x in inspect_runs],
+                        "median_s": round(median(inspect_runs), 4), "imports": imports}}
+
+
+def bench_quark_import(repeat: int) -> dict[str, Any]:
+    runs = []
+    for _ in range(repeat):
+        measured = run_measured([PYTHON, "-c", IMPORT_CODE])
+        runs.append({"import_s": round(float(measured.stdout.strip().splitlines()[-1]), 4),
+                     "process_s": round(measured.wall_s, 4), "peak_rss_bytes": measured.peak_rss_bytes})
+    return {"runs": runs, "median_import_s": round(median([r["import_s"] for r in runs]), 4),
+            "median_process_s": round(median([r["process_s"] for r in runs]), 4)}
+
+
+def bench_throughput() -> dict[str, Any] | str:
+    import eagle3_quant
+
+    if "load_draft" not in getattr(eagle3_quant, "__all__", ()):
+        return "not measured: eagle3_quant.load_draft (the draft runtime) is not on this branch yet"
+    from bench.throughput import measure_throughput
+
+    return measure_throughput()
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args = parse_args(argv)
+    started = time.perf_counter()
+    results: dict[str, Any] = {"command": [Path(sys.argv[0]).name, *sys.argv[1:]] if argv is None else argv,
+                               "machine": machine(), "note": "medians over alternating repeats; shared machine",
+                               "shapes": {}}
+    for name in args.shapes:
+        repeat = args.repeat or BENCH_SHAPES[name].repeat
+        print(f"{name}: {repeat} run(s) per contender", flush=True)
+        results["shapes"][name] = bench_shape(name, repeat, args.cache, not args.no_breakdown)
+    if not args.no_extras:
+        largest_name = [s for s in BENCH_SHAPES if s in args.shapes][-1]
+        largest = cached_draft(BENCH_SHAPES[largest_name], args.cache)
+        results["cli"] = bench_cli(largest, CLI_REPEAT)
+        results["quark_import"] = bench_quark_import(args.repeat or 3)
+        results["throughput"] = bench_throughput()
+    results["targets"] = check_targets(results)
+    results["machine"]["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    results["seconds"] = round(time.perf_counter() - started, 1)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    print()
+    print(format_table(results))
+    print()
+    print("where eagle3-quant's time goes (s, one run):")
+    print(format_breakdowns(results))
+    print()
+    print(format_extras(results))
+    print(f"\nwrote {args.out}")
+    return results
+
+
+if __name__ == "__main__":
+    main()

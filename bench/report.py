@@ -1,0 +1,84 @@
+"""The benchmark's printed table and its targets."""
+
+from __future__ import annotations
+
+from typing import Any
+
+TARGETS = {  # name -> (limit, how the value is read from the results)
+    "quantize wall / bare Quark": 1.25,
+    "quantize peak RSS / bare Quark": 1.10,
+    "--help wall s": 1.0,
+    "inspect wall s (largest shape)": 2.0,
+}
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1000
+    return f"{n:.2f} GB"
+
+
+def target_values(results: dict[str, Any]) -> dict[str, float]:
+    """Worst case over the shapes measured (tiny excluded: its wall time is all imports)."""
+    shapes = {k: v for k, v in results["shapes"].items() if k != "tiny"} or results["shapes"]
+    values: dict[str, float] = {}
+    if shapes:
+        values["quantize wall / bare Quark"] = max(s["ratio"]["wall"] for s in shapes.values())
+        values["quantize peak RSS / bare Quark"] = max(s["ratio"]["peak_rss"] for s in shapes.values())
+    cli = results.get("cli", {})
+    if "help" in cli:
+        values["--help wall s"] = cli["help"]["median_s"]
+    if "inspect" in cli:
+        values["inspect wall s (largest shape)"] = cli["inspect"]["median_s"]
+    return values
+
+
+def check_targets(results: dict[str, Any]) -> dict[str, dict]:
+    return {name: {"value": round(value, 4), "limit": TARGETS[name], "met": value <= TARGETS[name]}
+            for name, value in target_values(results).items()}
+
+
+def format_table(results: dict[str, Any]) -> str:
+    lines = [f"{'shape':<11} {'size':>9}  {'contender':<13} {'wall s':>8} {'peak RSS':>10} "
+             f"{'wall x Quark':>12} {'RSS x Quark':>11}"]
+    for shape, entry in results["shapes"].items():
+        base = entry["median"]["bare Quark"]
+        size = human_bytes(entry["source"]["bytes"])
+        for i, (name, med) in enumerate(entry["median"].items()):
+            wall, rss = med["wall_s"] / base["wall_s"], med["peak_rss_bytes"] / base["peak_rss_bytes"]
+            lines.append(f"{shape if i == 0 else '':<11} {size if i == 0 else '':>9}  {name:<13} {med['wall_s']:>8.2f} "
+                         f"{human_bytes(med['peak_rss_bytes']):>10} {wall:>12.2f} {rss:>11.2f}")
+    return "\n".join(lines)
+
+
+def format_breakdowns(results: dict[str, Any]) -> str:
+    lines = []
+    for shape, entry in results["shapes"].items():
+        stages = entry.get("breakdown")
+        if stages:
+            parts = ", ".join(f"{k} {v:.2f}" for k, v in stages.items())
+            lines.append(f"{shape}: {parts}")
+    return "\n".join(lines)
+
+
+def format_extras(results: dict[str, Any]) -> str:
+    lines = []
+    cli = results.get("cli", {})
+    if "help" in cli:
+        runs = len(cli["help"]["runs_s"])
+        lines.append(f"eagle3-quant --help: median {cli['help']['median_s']:.3f} s over {runs} runs")
+    if "inspect" in cli:
+        ins = cli["inspect"]
+        lines.append(f"eagle3-quant inspect ({ins['shape']}): median {ins['median_s']:.3f} s over "
+                     f"{len(ins['runs_s'])} runs; modules imported: {ins['imports']}")
+    if "quark_import" in results:
+        qi = results["quark_import"]
+        lines.append(f"import quark.torch alone: median {qi['median_import_s']:.2f} s in-process, "
+                     f"{qi['median_process_s']:.2f} s whole process, over {len(qi['runs'])} runs")
+    if "throughput" in results:
+        lines.append(f"draft forward throughput: {results['throughput']}")
+    for name, t in results.get("targets", {}).items():
+        lines.append(f"target {name} <= {t['limit']}: {t['value']:.3f} -> {'met' if t['met'] else 'NOT met'}")
+    return "\n".join(lines)
