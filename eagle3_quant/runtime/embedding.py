@@ -10,6 +10,7 @@ from safetensors import safe_open
 
 from eagle3_quant.checkpoint import read_checkpoint
 from eagle3_quant.errors import DraftFormatError
+from eagle3_quant.source import REPO_ID
 
 EMBEDDING_SUFFIX = "embed_tokens.weight"
 PREFERRED = ("model.embed_tokens.weight", "embed_tokens.weight", "model.language_model.embed_tokens.weight")
@@ -34,8 +35,10 @@ def read_target_embedding(target: str | Path, revision: str | None = None) -> to
         checkpoint = read_checkpoint(folder)
         name = _pick(list(checkpoint.tensors), folder)
         file = checkpoint.tensors[name].file
-    else:
+    elif REPO_ID.match(str(target)):
         file, name = _fetch_embedding_shard(str(target), revision)
+    else:
+        raise DraftFormatError("no such folder, and not a Hub repo id (ORG/NAME)", path=target)
     with safe_open(str(file), framework="pt") as fh:
         return fh.get_tensor(name)
 
@@ -56,6 +59,7 @@ def _fetch_embedding_shard(repo_id: str, revision: str | None) -> tuple[Path, st
         weight_map = json.loads(index_path.read_text())["weight_map"]
         name = _pick(list(weight_map), index_path)
         return Path(hf_hub_download(repo_id, weight_map[name], revision=revision)), name
-    except (RepositoryNotFoundError, LocalEntryNotFoundError, HfHubHTTPError, StopIteration, KeyError) as exc:
+    except (RepositoryNotFoundError, LocalEntryNotFoundError, HfHubHTTPError, OSError, StopIteration,
+            KeyError) as exc:
         raise DraftFormatError(f"cannot fetch the target's embedding from the Hub ({exc})", path=repo_id,
                                hint="pass the target's local folder") from exc
