@@ -7,10 +7,9 @@ import json
 import pytest
 import torch
 from calib_fixtures import write_calibration, write_target
-from conftest import folder_hashes
+from conftest import folder_hashes, load_tensors
 from eagle3_quant.calib.format import load_calibration
 from eagle3_quant.quantize.static import CALIBRATION_STEPS, calibration_batches
-from safetensors import safe_open
 
 from eagle3_quant import load_draft, quantize_draft
 from eagle3_quant.errors import DraftFormatError
@@ -19,14 +18,6 @@ from eagle3_quant.runtime.fp8_linear import Fp8Linear
 
 ROLES = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
          "mlp.up_proj", "mlp.down_proj")
-
-
-def _tensors(folder):
-    out = {}
-    for file in sorted(folder.glob("*.safetensors")):
-        with safe_open(str(file), framework="pt") as fh:
-            out.update({k: fh.get_tensor(k) for k in fh.keys()})
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -53,9 +44,9 @@ def static_run(tmp_path_factory):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("fmt", [DraftFormat.SPECFORGE, DraftFormat.SPECULATORS])
-def test_static_export_dtypes_scales_and_untouched_tensors(static_run, fmt):
+def test_static_export_dtypes_scales_and_untouchedload_tensors(static_run, fmt):
     src, _, _, result = static_run(fmt)
-    before, after = _tensors(src), _tensors(result.output)
+    before, after = load_tensors(src), load_tensors(result.output)
     p = fmt.layer_prefix
     for role in ROLES:
         module = p + role
@@ -117,7 +108,7 @@ def test_input_scales_are_the_calibration_absmax_over_448(static_run):
         module.register_forward_hook(hook(name))
     for batch in calibration_batches(load_calibration(cal), "cpu"):
         draft.propose_all(batch["input_ids"], batch["aux_hidden_states"], CALIBRATION_STEPS)
-    written = _tensors(result.output)
+    written = load_tensors(result.output)
     for role in ROLES:
         module = "midlayer." + role
         assert written[module + ".input_scale"].item() == pytest.approx(seen[module] / 448, rel=1e-6), module
