@@ -83,3 +83,7 @@ class QuantizationError(Eagle3QuantError, RuntimeError):
 
 class LoaderCompatError(Eagle3QuantError, RuntimeError):
     """vLLM would load the artifact differently from what was intended."""
+
+
+class Fp8LayoutError(Eagle3QuantError, ValueError):
+    """Operands of an FP8 matmul break the layout rules CUDA/ROCm ``torch._scaled_mm`` enforces."""

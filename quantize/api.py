@@ -82,11 +82,12 @@ def quantize_draft(
     with staged_output(out, draft.path, force) as staging:
         with timer.stage("import quark.torch (wait)"):
             timer.seconds["import quark.torch (background)"] = quark_import.result()[1]
+        calibration = None
         with timer.stage("quark"):
             if chosen.needs_calibration:
                 from eagle3_quant.quantize.static import run_static_fp8
 
-                run_static_fp8(draft, plan, Path(calib), staging, device, verbose)
+                calibration = run_static_fp8(draft, plan, Path(calib), staging, device, verbose).to_dict()
             else:
                 from eagle3_quant.quantize.quark_file import run_file_to_file
 
@@ -103,12 +104,13 @@ def quantize_draft(
             raise LoaderCompatError("vLLM would not load this as intended: " + "; ".join(loader.problems[:3]),
                                     path=out)
         with timer.stage("manifest"):
-            manifest = write_manifest(staging, _manifest_body(draft, chosen, plan, config, device), inputs,
-                                      verified.files)
+            manifest = write_manifest(staging, _manifest_body(draft, chosen, plan, config, device, calibration),
+                                      inputs, verified.files)
     return QuantizeResult(out, manifest, plan, loader, time.perf_counter() - started, timer.seconds)
 
 
-def _manifest_body(draft: DraftCheckpoint, chosen: Scheme, plan: QuantPlan, config: dict, device: str) -> dict:
+def _manifest_body(draft: DraftCheckpoint, chosen: Scheme, plan: QuantPlan, config: dict, device: str,
+                   calibration: dict | None) -> dict:
     return {
         "source": {"path": str(draft.path), "repo_id": draft.source.repo_id,
                    "revision": draft.source.revision, "commit": draft.source.commit,
@@ -120,4 +122,5 @@ def _manifest_body(draft: DraftCheckpoint, chosen: Scheme, plan: QuantPlan, conf
         "layers": [{"role": d.role, "module": d.module, "shape": [d.out_features, d.in_features],
                     "quantized": d.quantize, "reason": d.reason} for d in plan.decisions],
         "device": device,
+        **({"calibration": calibration} if calibration else {}),
     }
