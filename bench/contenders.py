@@ -54,5 +54,9 @@ def breakdown_command(src: Path, out: Path) -> list[str]:
     return [PYTHON, "-m", "bench.breakdown", str(src), str(out)]
 
 
+def throughput_command(bf16: Path, fp8: Path) -> list[str]:
+    return [PYTHON, "-m", "bench.throughput", str(bf16), str(fp8)]
+
+
 def parse_last_json(stdout: str) -> dict:
     return json.loads(stdout.strip().splitlines()[-1])

@@ -77,8 +77,13 @@ def format_extras(results: dict[str, Any]) -> str:
         qi = results["quark_import"]
         lines.append(f"import quark.torch alone: median {qi['median_import_s']:.2f} s in-process, "
                      f"{qi['median_process_s']:.2f} s whole process, over {len(qi['runs'])} runs")
-    if "throughput" in results:
-        lines.append(f"draft forward throughput: {results['throughput']}")
+    tp = results.get("throughput")
+    if isinstance(tp, dict):
+        lines.append(f"draft forward on CPU ({tp['shape']}, batch {tp['batch']} x {tp['tokens']} tokens, "
+                     f"{tp['threads']} threads): BF16 {tp['bf16']['tokens_per_s']:.0f} tokens/s, "
+                     f"FP8 {tp['fp8']['tokens_per_s']:.0f} tokens/s (x{tp['fp8_over_bf16']:.2f})")
+    elif tp:
+        lines.append(f"draft forward throughput: {tp}")
     for name, t in results.get("targets", {}).items():
         lines.append(f"target {name} <= {t['limit']}: {t['value']:.3f} -> {'met' if t['met'] else 'NOT met'}")
     return "\n".join(lines)
