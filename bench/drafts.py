@@ -10,7 +10,6 @@ from pathlib import Path
 from eagle3_quant.formats import DraftFormat
 
 DEFAULT_CACHE = Path(__file__).resolve().parent / "cache"
-DONE_MARK = ".bench-complete"
 
 
 @dataclass(frozen=True)
@@ -33,9 +32,10 @@ def cached_draft(shape: BenchShape, cache: Path = DEFAULT_CACHE) -> Path:
 
     folder = cache / f"{shape.name}-{shape.shards}shard"
     spec = {"shape": shape.name, "shards": shape.shards, "format": DraftFormat.SPECFORGE.value, "seed": 0}
-    mark = folder / DONE_MARK
+    mark = folder.with_name(folder.name + ".complete")   # beside the draft: Quark copies every file inside
     if mark.is_file() and json.loads(mark.read_text()) == spec:
         return folder
+    mark.unlink(missing_ok=True)
     shutil.rmtree(folder, ignore_errors=True)
     write_synthetic_draft(folder, shape.name, DraftFormat.SPECFORGE, seed=0, shards=shape.shards)
     mark.write_text(json.dumps(spec))
@@ -43,4 +43,4 @@ def cached_draft(shape: BenchShape, cache: Path = DEFAULT_CACHE) -> Path:
 
 
 def folder_bytes(folder: Path) -> int:
-    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and not p.name.startswith("."))
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())

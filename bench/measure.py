@@ -44,7 +44,12 @@ def run_measured(cmd: Sequence[str], cwd: Path | None = None, env: dict[str, str
         started = time.perf_counter()
         child = subprocess.Popen(wrapped, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
                                  stdin=subprocess.DEVNULL)
-        _, status, usage = os.wait4(child.pid, 0)
+        try:
+            _, status, usage = os.wait4(child.pid, 0)
+        except BaseException:      # interrupted: leave no measured child running
+            child.kill()
+            child.wait()
+            raise
         wall = time.perf_counter() - started
         child.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)

@@ -7,6 +7,7 @@ so a checkpoint is read once, in CHUNK-sized pieces, however many checks look at
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -32,28 +33,29 @@ class FileDigest:
 
 @dataclass(frozen=True)
 class ByteRange:
-    """Absolute [start, end) of a file whose pieces go to `visit`; pieces start at multiples of CHUNK."""
+    """Absolute [start, end) of a file whose pieces go to `visit`; pieces start at multiples of the chunk."""
 
     start: int
     end: int
     visit: RangeVisitor
 
 
-def sha256_file(path: Path, ranges: Sequence[ByteRange] = ()) -> str:
+def sha256_file(path: Path, ranges: Sequence[ByteRange] = (), chunk: int | None = None) -> str:
     """sha256 of the whole file in one sequential read, handing each range's pieces to its visitor.
 
     Ranges must not overlap. A visitor raising stops the read and the exception propagates.
+    `chunk` (default CHUNK) is the piece size and the only buffer held.
     """
     digest = hashlib.sha256()
-    buffer = bytearray(CHUNK)
-    view = memoryview(buffer)
     position = 0
     with path.open("rb", buffering=0) as fh:
+        chunk = chunk or CHUNK
+        view = memoryview(bytearray(max(1, min(chunk, os.fstat(fh.fileno()).st_size))))
 
         def read_to(end: int | None, visit: RangeVisitor | None = None, range_start: int = 0) -> None:
             nonlocal position
             while end is None or position < end:
-                want = CHUNK if end is None else min(CHUNK, end - position)
+                want = len(view) if end is None else min(len(view), end - position)
                 got = read_full(fh, view[:want])
                 if got == 0:
                     return
@@ -86,7 +88,8 @@ def read_full(fh, target: memoryview | bytearray) -> int:
 
 
 def digest_folder(root: Path, skip: frozenset[str] = frozenset(),
-                  ranges: Mapping[Path, Sequence[ByteRange]] | None = None, workers: int = 1) -> list[FileDigest]:
+                  ranges: Mapping[Path, Sequence[ByteRange]] | None = None, workers: int = 1,
+                  chunk: int | None = None) -> list[FileDigest]:
     """Digest every non-hidden file under ROOT; `ranges` (keyed by resolved path) adds visitors to some files.
 
     With `workers` > 1, files are read in parallel threads (hashing and file reads release the GIL).
@@ -96,7 +99,7 @@ def digest_folder(root: Path, skip: frozenset[str] = frozenset(),
     ranges = ranges or {}
 
     def one(path: Path) -> FileDigest:
-        sha = sha256_file(path, ranges.get(path.resolve(), ()))
+        sha = sha256_file(path, ranges.get(path.resolve(), ()), chunk)
         return FileDigest(str(path.relative_to(root)), path.stat().st_size, sha)
 
     if workers <= 1 or len(files) <= 1:

@@ -14,10 +14,11 @@ from safetensors import safe_open
 from eagle3_quant.checkpoint import read_checkpoint
 from eagle3_quant.draft import DraftCheckpoint
 from eagle3_quant.errors import QuantizationError
-from eagle3_quant.hashing import CHUNK, ByteRange, FileDigest, RangeVisitor, digest_folder, read_full
+from eagle3_quant.hashing import ByteRange, FileDigest, RangeVisitor, digest_folder, read_full
 from eagle3_quant.safetensors_header import TensorInfo, read_header
 
 READ_THREADS = 2
+PIECE = 4 * 1024 * 1024      # per thread: one piece of OUT and the same piece of the source in memory
 _buffers = threading.local()
 
 
@@ -31,9 +32,9 @@ def _same_bytes_visitor(src: TensorInfo, src_begin: int, where: Path, name: str)
     """Compare each piece of the output tensor with the same bytes of the source tensor (memcmp)."""
 
     def visit(piece: memoryview, offset: int) -> None:
-        if len(piece) == CHUNK:
-            expected = getattr(_buffers, "chunk", None) or bytearray(CHUNK)
-            _buffers.chunk = expected
+        if len(piece) == PIECE:
+            expected = getattr(_buffers, "piece", None) or bytearray(PIECE)
+            _buffers.piece = expected
         else:
             expected = bytearray(len(piece))
         with src.file.open("rb", buffering=0) as fh:
@@ -97,7 +98,8 @@ def verify_export(draft: DraftCheckpoint, out: Path, plan: QuantPlan) -> Verifie
     if unexpected:
         raise QuantizationError(f"unexpected tensors in the output: {', '.join(unexpected[:5])}", path=out)
     return VerifiedExport(len(written), digest_folder(out, skip=frozenset({MANIFEST_NAME}),
-                                                      ranges=_comparison_ranges(unchanged, out), workers=READ_THREADS))
+                                                      ranges=_comparison_ranges(unchanged, out), workers=READ_THREADS,
+                                                      chunk=PIECE))
 
 
 def _comparison_ranges(pairs: list[tuple[TensorInfo, TensorInfo]], where: Path) -> dict[Path, list[ByteRange]]:

@@ -7,6 +7,7 @@ import shutil
 
 import pytest
 import torch
+from eagle3_quant.export import verify
 from eagle3_quant.export.verify import verify_export
 from eagle3_quant.quantize.checks import all_finite, scan_source
 from eagle3_quant.quantize.plan import make_plan
@@ -26,6 +27,7 @@ SMALL_CHUNK = 64
 def small_chunks(monkeypatch):
     """Pieces of 64 bytes, so every tensor of the tiny draft spans many pieces."""
     monkeypatch.setattr(hashing, "CHUNK", SMALL_CHUNK)
+    monkeypatch.setattr(verify, "PIECE", SMALL_CHUNK)
 
 
 def test_ranges_see_exactly_their_bytes_in_order_and_digest_is_whole_file(tmp_path, small_chunks):

@@ -1,0 +1,69 @@
+"""The benchmark harness (bench/): it runs, measures the child process, and writes the JSON it promises.
+
+No timing is asserted: speed targets are read from `make bench`, never from tests.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from bench.__main__ import main as bench_main
+from bench.drafts import BENCH_SHAPES, cached_draft
+from bench.measure import run_measured
+from bench.report import check_targets
+
+
+def test_peak_rss_is_the_childs_own():
+    small = run_measured([sys.executable, "-c", "pass"])
+    big = run_measured([sys.executable, "-c", "b = bytearray(300_000_000); b[::4096] = b'x' * len(b[::4096])"])
+    assert small.peak_rss_bytes < 100_000_000        # not this (torch-sized) parent's RSS
+    assert big.peak_rss_bytes >= 300_000_000
+    assert small.wall_s > 0
+
+
+def test_cached_draft_is_built_once(tmp_path):
+    first = cached_draft(BENCH_SHAPES["tiny"], tmp_path)
+    stamp = (first / "model.safetensors").stat().st_mtime_ns
+    assert cached_draft(BENCH_SHAPES["tiny"], tmp_path) == first
+    assert (first / "model.safetensors").stat().st_mtime_ns == stamp
+    assert not [p for p in first.iterdir() if p.name.startswith(".")]   # nothing of ours inside the draft
+
+
+def test_targets_compare_worst_shape_with_limits():
+    shape = {"ratio": {"wall": 1.3, "peak_rss": 1.0}}
+    results = {"shapes": {"tiny": {"ratio": {"wall": 9.0, "peak_rss": 9.0}}, "llama3-8b": shape},
+               "cli": {"help": {"median_s": 0.4}, "inspect": {"median_s": 2.5}}}
+    targets = check_targets(results)
+    assert targets["quantize wall / bare Quark"] == {"value": 1.3, "limit": 1.25, "met": False}
+    assert targets["quantize peak RSS / bare Quark"]["met"] is True      # tiny is left out: imports only
+    assert targets["--help wall s"]["met"] and not targets["inspect wall s (largest shape)"]["met"]
+
+
+@pytest.mark.slow
+def test_bench_runs_on_tiny_and_writes_json(tmp_path, capsys):
+    out = tmp_path / "results.json"
+    bench_main(["--shapes", "tiny", "--repeat", "1", "--out", str(out), "--cache", str(tmp_path / "cache")])
+    results = json.loads(out.read_text())
+    printed = capsys.readouterr().out
+    assert "eagle3-quant" in printed and "bare Quark" in printed and "wall x Quark" in printed
+    tiny = results["shapes"]["tiny"]
+    for contender in ("eagle3-quant", "bare Quark", "copy"):
+        [run] = tiny["runs"][contender]
+        assert run["wall_s"] > 0 and run["peak_rss_bytes"] > 0
+        assert tiny["median"][contender] == run
+    assert tiny["ratio"]["wall"] > 0 and tiny["ratio"]["peak_rss"] > 0
+    assert tiny["source"]["bytes"] > 0 and tiny["source"]["quark_exclude"] == ["fc", "lm_head"]
+    stages = tiny["breakdown"]
+    assert {"scan source (sha256 + NaN/Inf)", "quark", "verify + sha256 outputs", "manifest", "total"} <= set(stages)
+    assert all(seconds >= 0 for seconds in stages.values()) and stages["total"] > 0
+    assert results["cli"]["help"]["median_s"] > 0 and results["cli"]["inspect"]["median_s"] > 0
+    assert "'quark.torch': False" in results["cli"]["inspect"]["imports"]
+    assert results["quark_import"]["median_import_s"] > 0
+    throughput = results["throughput"]
+    assert throughput["bf16"]["tokens_per_s"] > 0 and throughput["fp8"]["tokens_per_s"] > 0
+    assert set(results["targets"]) == {"quantize wall / bare Quark", "quantize peak RSS / bare Quark",
+                                       "--help wall s", "inspect wall s (largest shape)"}
+    assert not (tmp_path / "cache" / "runs" / "tiny-eagle3-quant").exists()   # outputs are cleaned up
