@@ -90,7 +90,10 @@ def bench_shape(name: str, repeat: int, cache: Path, breakdown: bool) -> dict[st
             shutil.rmtree(out, ignore_errors=True)
             drop_dirty_pages()
             measured = run_measured(contender_command(contender, src, out, exclude), cwd=REPO)
-            runs[contender].append(measured.to_dict())
+            run = measured.to_dict()
+            if contender == "bare Quark":    # its own split: import quark.torch, quark
+                run["stages"] = parse_last_json(measured.stdout)
+            runs[contender].append(run)
             print(f"  {name} run {i + 1}/{repeat} {contender:<13} {measured.wall_s:8.2f} s "
                   f"{measured.peak_rss_bytes / 1e9:6.2f} GB", flush=True)
             shutil.rmtree(out, ignore_errors=True)

@@ -4,20 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-TARGETS = {  # name -> (limit, how the value is read from the results)
+from eagle3_quant.cli.render import human_bytes
+
+TARGETS = {  # name -> upper limit
     "quantize wall / bare Quark": 1.25,
     "quantize peak RSS / bare Quark": 1.10,
     "--help wall s": 1.0,
     "inspect wall s (largest shape)": 2.0,
 }
-
-
-def human_bytes(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1000 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
-        n /= 1000
-    return f"{n:.2f} GB"
 
 
 def target_values(results: dict[str, Any]) -> dict[str, float]:

@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("bf16", type=Path)
     parser.add_argument("fp8", type=Path)
     parser.add_argument("--batch", type=int, default=1)
-    parser.add_argument("--tokens", type=int, default=256)
+    parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args(argv)
     result = {"batch": args.batch, "tokens": args.tokens, "threads": torch.get_num_threads(),

@@ -9,6 +9,7 @@ import pytest
 import torch
 from eagle3_quant.export import verify
 from eagle3_quant.export.verify import verify_export
+from eagle3_quant.quantize.api import quantize_draft
 from eagle3_quant.quantize.checks import all_finite, scan_source
 from eagle3_quant.quantize.plan import make_plan
 from safetensors.torch import load_file, save_file
@@ -117,3 +118,24 @@ def test_verify_export_catches_one_flipped_byte_in_a_copied_tensor(quantized_tin
         verify_export(draft, out, plan)
     assert tensor in str(err.value)
 
+
+
+@pytest.mark.slow
+def test_quantize_refuses_inf_before_writing_anything(make_draft, tmp_path):
+    src = make_draft()
+    tensors = load_file(src / "model.safetensors")
+    tensors["lm_head.weight"][3, 3] = float("-inf")
+    save_file(tensors, src / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(DraftFormatError, match=r"lm_head\.weight.*rows 0\.\.") as err:
+        quantize_draft(src, tmp_path / "out", device="cpu")
+    assert str(src / "model.safetensors") in str(err.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["src"]
+
+
+@pytest.mark.slow
+def test_quantize_reports_stage_timings(make_draft, tmp_path):
+    result = quantize_draft(make_draft(), tmp_path / "out", device="cpu")
+    assert {"read headers", "scan source (sha256 + NaN/Inf)", "import quark.torch (background)", "quark",
+            "verify + sha256 outputs", "manifest"} <= set(result.timings)
+    assert all(seconds >= 0 for seconds in result.timings.values())
+    assert sum(v for k, v in result.timings.items() if "background" not in k) <= result.seconds
