@@ -9,7 +9,7 @@ import torch
 from calib_fixtures import write_calibration, write_target
 from conftest import folder_hashes, load_tensors
 from eagle3_quant.calib.format import load_calibration
-from eagle3_quant.quantize.static import CALIBRATION_STEPS, calibration_batches
+from eagle3_quant.quantize.calibration import CALIBRATION_STEPS, calibration_batches
 
 from eagle3_quant import load_draft, quantize_draft
 from eagle3_quant.errors import DraftFormatError
