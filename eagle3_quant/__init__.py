@@ -19,6 +19,9 @@ _LAZY = {
     "check_loader_compat": "eagle3_quant.validate.loader_compat",
     "SCHEMES": "eagle3_quant.schemes",
     "get_scheme": "eagle3_quant.schemes",
+    "calibrate_target": "eagle3_quant.calib.api",
+    "import_calibration": "eagle3_quant.calib.importer",
+    "CalibrationResult": "eagle3_quant.calib.result",
 }
 
 __all__ = sorted(_LAZY)
