@@ -72,11 +72,16 @@ def calibrate_command(
     else:
         from eagle3_quant.calib.api import calibrate_target
 
-        result = calibrate_target(target, draft, data, out, force=force, verbose=True, revision=revision,
-                                  num_samples=num_samples, seq_len=seq_len, seed=seed, column=column, split=split,
-                                  subset=subset, min_tokens=min_tokens, generate_tokens=generate_tokens,
-                                  tap_convention=tap_convention.value, aux_layer_ids=ids, dtype=dtype.value,
-                                  trust_remote_code=trust_remote_code)
+        try:
+            result = calibrate_target(target, draft, data, out, force=force, verbose=True, revision=revision,
+                                      num_samples=num_samples, seq_len=seq_len, seed=seed, column=column,
+                                      split=split, subset=subset, min_tokens=min_tokens,
+                                      generate_tokens=generate_tokens, tap_convention=tap_convention.value,
+                                      aux_layer_ids=ids, dtype=dtype.value, trust_remote_code=trust_remote_code)
+        except KeyboardInterrupt:
+            typer.echo("interrupted: the whole shards captured so far are kept; re-run the same command to resume",
+                       err=True)
+            raise typer.Exit(130) from None
     rate = f", {result.tokens_per_second:,.0f} tokens/s" if result.captured_tokens else ""
     console.print(f"wrote {result.path}: {result.samples} samples, {result.tokens:,} tokens, "
                   f"{human_bytes(result.bytes)} ({result.dtype}), taps hidden_states{list(result.taps)}; "

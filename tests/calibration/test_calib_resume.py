@@ -80,6 +80,18 @@ def test_other_options_refused_unless_forced(tiny_target, tiny_draft, chat_jsonl
     assert replaced.samples == 3 and load_calibration(out).info.extra["num_samples"] == 3
 
 
+def test_a_second_writer_is_locked_out(tiny_target, tiny_draft, chat_jsonl, tmp_path):
+    import fcntl
+
+    staging = staging_dir(tmp_path / "cal")
+    staging.mkdir()
+    with (staging / ".lock").open("w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with pytest.raises(OutputExistsError, match="another calibrate run is writing this set"):
+            calibrate_target(tiny_target, tiny_draft, chat_jsonl, tmp_path / "cal", **RUN)
+    assert not (tmp_path / "cal").exists()
+
+
 def test_out_that_is_not_a_calibration_set_is_kept(tiny_target, tiny_draft, chat_jsonl, tmp_path):
     (tmp_path / "cal").mkdir()
     (tmp_path / "cal" / "notes.txt").write_text("mine")
