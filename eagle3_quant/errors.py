@@ -91,3 +91,7 @@ class CalibrationDataError(Eagle3QuantError, ValueError):
 
 class TargetMismatchError(Eagle3QuantError, ValueError):
     """The target model (or its hidden states) does not fit the draft: hidden size, vocab or layer taps."""
+
+
+class Fp8LayoutError(Eagle3QuantError, ValueError):
+    """Operands of an FP8 matmul break the layout rules CUDA/ROCm ``torch._scaled_mm`` enforces."""
