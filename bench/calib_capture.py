@@ -28,8 +28,8 @@ def main() -> None:
     args = parser.parse_args()
 
     import torch
-
     from eagle3_quant.calib.api import calibrate_target
+
     from eagle3_quant.synthetic import DraftShape, write_synthetic_draft
     from eagle3_quant.synthetic_target import TargetShape, write_tiny_target
 

@@ -104,3 +104,16 @@ def test_sample_check_names_the_problem():
         CalibrationSample(ids, torch.zeros(4, 12), ids[:3]).check(4, "s0")
     with pytest.raises(DraftFormatError, match="generated_from 9 outside 1..4"):
         CalibrationSample(ids, torch.zeros(4, 12), ids, 9).check(4, "s1")
+
+
+def test_public_api_is_in_the_lazy_table():
+    from eagle3_quant.calib.api import calibrate_target
+    from eagle3_quant.calib.importer import import_calibration
+    from eagle3_quant.calib.result import CalibrationResult
+
+    import eagle3_quant
+
+    assert eagle3_quant.calibrate_target is calibrate_target
+    assert eagle3_quant.import_calibration is import_calibration
+    assert eagle3_quant.CalibrationResult is CalibrationResult
+    assert {"calibrate_target", "import_calibration", "CalibrationResult"} <= set(eagle3_quant.__all__)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from eagle3_quant.calib.api import calibrate_target
 from eagle3_quant.calib.format import load_calibration
 
