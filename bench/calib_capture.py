@@ -53,7 +53,8 @@ def main() -> None:
     print(json.dumps({
         "target": {"layers": args.layers, "hidden": args.hidden, "vocab": shape.vocab, "dtype": "float32"},
         "samples": result.samples, "seq_len": args.seq_len, "generate_tokens": args.generate_tokens,
-        "tokens": result.tokens, "capture_s": round(result.capture_seconds, 3),
+        "tokens": result.tokens, "generated_tokens": result.generated_tokens,
+        "cut_generations": result.cut_generations, "capture_s": round(result.capture_seconds, 3),
         "tokens_per_s": round(result.tokens_per_second, 1), "wall_s": round(wall, 2), "bytes": result.bytes,
         "torch_threads": torch.get_num_threads(), "device": "cuda" if torch.cuda.is_available() else "cpu",
     }))
