@@ -22,6 +22,10 @@ _LAZY = {
     "calibrate_target": "eagle3_quant.calib.api",
     "import_calibration": "eagle3_quant.calib.importer",
     "CalibrationResult": "eagle3_quant.calib.result",
+    "load_draft": "eagle3_quant.runtime.loading",
+    "save_draft": "eagle3_quant.runtime.saving",
+    "new_draft_config": "eagle3_quant.runtime.saving",
+    "Eagle3Draft": "eagle3_quant.runtime.model",
 }
 
 __all__ = sorted(_LAZY)

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from calib_fixtures import DRAFT, DRAFT_IDS, TARGET, text_rows, write_jsonl
+from calib_capture_fixtures import DRAFT, DRAFT_IDS, TARGET, text_rows, write_jsonl
 from eagle3_quant.calib.api import calibrate_target
 from eagle3_quant.calib.format import load_calibration
 

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from calib_fixtures import DRAFT, DRAFT_IDS, TARGET
+from calib_capture_fixtures import DRAFT, DRAFT_IDS, TARGET
 from eagle3_quant.calib.api import calibrate_target
 from eagle3_quant.calib.format import CalibrationInfo, CalibrationSample, CalibrationWriter, load_calibration
 from eagle3_quant.calib.importer import import_calibration
