@@ -45,9 +45,10 @@ def calibration_batches(calib: CalibrationSet, device: str | torch.device, with_
     from eagle3_quant.runtime.drafting import draft_inputs
 
     batches = []
-    for sample in calib.samples():
+    for i, sample in enumerate(calib.samples()):
         if max_samples is not None and len(batches) >= max_samples:
             break
+        sample.check(calib.info.target_hidden_size, f"{calib.path} sample {i}")
         if sample.input_ids.numel() < 2:
             continue
         ids, aux, targets = draft_inputs(sample.input_ids, sample.aux_hidden_states, sample.target_next_ids)
