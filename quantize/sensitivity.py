@@ -1,9 +1,10 @@
 """Layer sensitivity: quantize one linear group at a time, measure the draft on the calibration set.
 
 A group is what vLLM runs as one layer: ``fc``, ``qkv_proj`` (q/k/v), ``o_proj``, ``gate_up_proj`` (gate/up),
-``down_proj``, ``lm_head``. For each group, only its linears become FP8 (the scheme's math, run by the
-runtime: PTPC = per-channel weights and per-token dynamic inputs; fp8 = per-tensor weights and static input
-scales from the calibration absmax / 448, over `CALIBRATION_STEPS` draft steps as static FP8 does). Every
+``down_proj``, ``lm_head``. For each group, only its linears become FP8 (the weights Quark would write,
+bit for bit, run with vLLM's math by the runtime: PTPC = per-channel weights and per-token dynamic inputs;
+fp8 = per-tensor weights and static input scales from the calibration absmax / 448, over
+`CALIBRATION_STEPS` draft steps as static FP8 does). Every
 calibration position is then drafted once (the first draft step: the target's aux states in) and compared
 with the unquantized draft on the same position:
 
@@ -96,18 +97,42 @@ def _input_absmax(runtime, batches: list[dict], steps: int) -> dict[str, float]:
     return seen
 
 
-def _fp8_versions(runtime, scheme: Scheme, batches: list[dict]) -> dict[str, torch.nn.Module]:
-    from eagle3_quant.runtime.fp8_linear import quantize_linear
+def quark_weight(weight: torch.Tensor, scheme: Scheme) -> tuple[torch.Tensor, torch.Tensor]:
+    """The FP8 weight and fp32 scale Quark 0.13 writes for `weight` in this project's pipeline, bit for bit.
+
+    The scale is max|w| / 448 (per row for PTPC, per tensor for fp8), but Quark rounds w / scale to the
+    weight's dtype before the FP8 cast: the file-to-file path (PTPC) divides by the scale rounded to that
+    dtype, the in-memory path (static fp8) rounds the fp32 quotient. For a bf16 weight about 3% of values
+    land one FP8 step from round-to-nearest of the exact quotient.
+    """
+    from eagle3_quant.runtime import fp8
 
     per_channel = scheme.weight.granularity == "per_channel"
+    _, scale = (fp8.quantize_weight_per_channel if per_channel else fp8.quantize_weight_per_tensor)(weight)
+    column = scale.reshape(-1, 1)
+    if scheme.needs_calibration:
+        quotient = (weight.float() / column).to(weight.dtype)
+    else:
+        quotient = weight / column.to(weight.dtype)
+    return quotient.float().clamp(-fp8.FP8_MAX, fp8.FP8_MAX).to(fp8.FP8_DTYPE), scale
+
+
+def _fp8_versions(runtime, scheme: Scheme, batches: list[dict], groups: dict) -> dict[str, torch.nn.Module]:
+    """An FP8 twin of every linear, as vLLM would run the artifact (fused shards harmonized)."""
+    from eagle3_quant.runtime.fp8_linear import Fp8Linear, harmonize_fused
+
     absmax = _input_absmax(runtime, batches, CALIBRATION_STEPS) if not scheme.input.dynamic else {}
     out = {}
     for name, linear in runtime.linears().items():
-        scale = None
+        input_scale = None
         if not scheme.input.dynamic:
-            scale = torch.tensor([max(absmax[name], 1e-12) / 448.0], dtype=torch.float32,
-                                 device=linear.weight.device)
-        out[name] = quantize_linear(linear, per_channel=per_channel, input_scale=scale)
+            input_scale = torch.tensor([max(absmax[name], 1e-12) / 448.0], dtype=torch.float32,
+                                       device=linear.weight.device)
+        weight, scale = quark_weight(linear.weight.detach(), scheme)
+        bias = linear.bias.detach() if linear.bias is not None else None
+        out[name] = Fp8Linear(weight, scale, input_scale, bias)
+    for fused in FUSED_GROUPS:
+        harmonize_fused([out[m] for m in groups[fused][1]])
     return out
 
 
@@ -151,7 +176,7 @@ def measure_sensitivity(src: str | Path, calib: str | Path, scheme: str = DEFAUL
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     runtime = load_draft(draft.path, device=device, embedding=calibration_embedding(draft, calibration))
     batches = calibration_batches(calibration, device, with_targets=True, max_samples=max_samples)
-    fp8_linears = _fp8_versions(runtime, chosen, batches)
+    fp8_linears = _fp8_versions(runtime, chosen, batches, all_groups)
     float_linears = runtime.linears()
     candidates = {g: all_groups[g][1] for g in wanted}
     candidates["<default plan>"] = tuple(m for g in all_groups.values() for r, m in zip(*g, strict=True)

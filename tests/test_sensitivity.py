@@ -6,16 +6,17 @@ import json
 
 import pytest
 import torch
-from calib_fixtures import write_calibration, write_target
+from calib_fixtures import compare_drafts, write_calibration, write_target
+from conftest import load_tensors
 from eagle3_quant.calib.format import load_calibration
-from eagle3_quant.quantize.calibration import calibration_batches
-from eagle3_quant.quantize.sensitivity import measure_sensitivity
+from eagle3_quant.quantize.sensitivity import measure_sensitivity, quark_weight
 from safetensors.torch import load_file, save_file
 
 from eagle3_quant import load_draft, quantize_draft
 from eagle3_quant.cli import main
 from eagle3_quant.errors import SchemeError
-from eagle3_quant.runtime.fp8_linear import quantize_linear
+from eagle3_quant.runtime.fp8_linear import Fp8Linear
+from eagle3_quant.schemes import get_scheme
 
 GROUPS = {"fc", "qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head"}
 
@@ -52,23 +53,39 @@ def test_report_ranks_every_group_and_matches_an_independent_count(setup):
     assert report.samples == calib.num_samples and report.positions == calib.num_tokens - calib.num_samples
 
     # replay o_proj by hand: quantize it alone, compare top-1 and KL with the unquantized draft
-    draft = load_draft(src, embedding=target)
-    attn = draft.layer.self_attn
-    float_o, fp8_o = attn.o_proj, quantize_linear(attn.o_proj)
-    differ = positions = 0
-    kl = 0.0
-    with torch.no_grad():
-        for batch in calibration_batches(calib, "cpu"):
-            attn.o_proj = float_o
-            p = torch.log_softmax(draft(batch["input_ids"], batch["aux_hidden_states"])[0].float(), -1)
-            attn.o_proj = fp8_o
-            q = torch.log_softmax(draft(batch["input_ids"], batch["aux_hidden_states"])[0].float(), -1)
-            differ += int((p.argmax(-1) != q.argmax(-1)).sum())
-            kl += float((p.exp() * (p - q)).sum())
-            positions += p.shape[1]
-    assert by_name["o_proj"].disagreement == pytest.approx(differ / positions)
-    assert by_name["o_proj"].kl == pytest.approx(kl / positions, rel=1e-4)
+    base = load_draft(src, embedding=target)
+    other = load_draft(src, embedding=target)
+    other.layer.self_attn.o_proj = Fp8Linear(*quark_weight(other.layer.self_attn.o_proj.weight.detach(),
+                                                           get_scheme("ptpc_fp8")))
+    differ, kl = compare_drafts(base, other, cal)
+    assert by_name["o_proj"].disagreement == pytest.approx(differ)
+    assert by_name["o_proj"].kl == pytest.approx(kl, rel=1e-4)
     assert 0 <= report.default_plan.disagreement <= 1 and report.default_plan.kl > 0
+
+
+@pytest.mark.slow
+def test_default_plan_row_predicts_the_real_ptpc_artifact(quantized_tiny, tmp_path):
+    """The all-at-once row equals what the Quark PTPC output does in the runtime, to the last position."""
+    src, out = quantized_tiny()
+    target = write_target(tmp_path / "target")
+    cal = write_calibration(tmp_path / "cal", target, samples=4, seq_len=20)
+    report = measure_sensitivity(src, cal, "ptpc_fp8", "cpu", groups=["o_proj"])
+    differ, kl = compare_drafts(load_draft(src, embedding=target), load_draft(out, embedding=target), cal)
+    assert report.default_plan.disagreement == pytest.approx(differ)
+    assert report.default_plan.kl == pytest.approx(kl, rel=1e-4)
+
+
+@pytest.mark.slow
+def test_simulated_weights_are_quarks_bit_for_bit(quantized_tiny):
+    """Sensitivity quantizes weights exactly as Quark's PTPC file-to-file path writes them."""
+    src, out = quantized_tiny()
+    before, after = load_tensors(src), load_tensors(out)
+    modules = [n.removesuffix(".weight_scale") for n in after if n.endswith(".weight_scale")]
+    assert len(modules) == 7
+    for module in modules:
+        weight, scale = quark_weight(before[module + ".weight"], get_scheme("ptpc_fp8"))
+        assert torch.equal(weight.view(torch.int8), after[module + ".weight"].view(torch.int8)), module
+        assert torch.equal(scale, after[module + ".weight_scale"])
 
 
 def test_planted_outlier_is_found_by_the_static_scheme(setup):
