@@ -19,6 +19,9 @@ _LAZY = {
     "check_loader_compat": "eagle3_quant.validate.loader_compat",
     "SCHEMES": "eagle3_quant.schemes",
     "get_scheme": "eagle3_quant.schemes",
+    "push_draft": "eagle3_quant.export.push",
+    "PushResult": "eagle3_quant.export.push",
+    "make_card": "eagle3_quant.export.card",
 }
 
 __all__ = sorted(_LAZY)

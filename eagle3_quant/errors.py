@@ -83,3 +83,27 @@ class QuantizationError(Eagle3QuantError, RuntimeError):
 
 class LoaderCompatError(Eagle3QuantError, RuntimeError):
     """vLLM would load the artifact differently from what was intended."""
+
+
+class PublishError(Eagle3QuantError, RuntimeError):
+    """OUT cannot be published as it is (no passing validation, files changed since quantization, ...)."""
+
+
+class NotValidatedError(PublishError):
+    """OUT has no validation report, an unreadable one, or a failed one."""
+
+
+class HubError(Eagle3QuantError, ConnectionError):
+    """The Hub refused or failed a request. The message never contains the token."""
+
+    def __init__(self, message: str, *, status: int | None = None, **kwargs) -> None:
+        self.status = status
+        super().__init__(message, **kwargs)
+
+
+class HubAuthError(HubError, PermissionError):
+    """No token, or the Hub rejected it (401/403)."""
+
+
+class PipelineSpecError(Eagle3QuantError, ValueError):
+    """A pipeline file is malformed: unknown keys, wrong types, missing fields."""
