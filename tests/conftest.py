@@ -9,6 +9,8 @@ import pytest
 from eagle3_quant.formats import DraftFormat
 from eagle3_quant.synthetic import write_synthetic_draft
 
+pytest_plugins = ["hub_server.fixtures"]  # hub, hub_client, make_out: a local Hub and validated OUT copies
+
 
 def folder_hashes(folder: Path) -> dict[str, str]:
     return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
