@@ -85,6 +85,10 @@ class LoaderCompatError(Eagle3QuantError, RuntimeError):
     """vLLM would load the artifact differently from what was intended."""
 
 
+class Fp8LayoutError(Eagle3QuantError, ValueError):
+    """Operands of an FP8 matmul break the layout rules CUDA/ROCm ``torch._scaled_mm`` enforces."""
+
+
 class PublishError(Eagle3QuantError, RuntimeError):
     """OUT cannot be published as it is (no passing validation, files changed since quantization, ...)."""
 
