@@ -114,6 +114,11 @@ def _reproduce(source: dict, scheme: str, layers: list[dict], repo_id: str) -> l
             f"eagle3-quant push OUT --repo-id {repo_id}"]
 
 
+def _recorded_command(argv: list[str] | None) -> str:
+    """The quantize command as typed, when it was the CLI (an API call records the host program instead)."""
+    return " ".join(argv) if argv and argv[0].startswith("eagle3-quant") else ""
+
+
 def build_card(out: str | Path, repo_id: str | None = None, *, target: str | None = None,
                base_model: str | None = None, pipeline: str | None = None,
                validation: ValidationSummary | None = None) -> DraftCard:
@@ -159,7 +164,7 @@ def build_card(out: str | Path, repo_id: str | None = None, *, target: str | Non
         validation_headline=_headline(validation), metric_rows=_metric_rows(validation),
         checks=validation.checks, pipeline=pipeline,
         reproduce=_reproduce(source, scheme["name"], layers, repo_id),
-        recorded_command=" ".join(data.get("command") or []), device=data.get("device", "?"),
+        recorded_command=_recorded_command(data.get("command")), device=data.get("device", "?"),
         outputs=data["outputs"], inputs=data.get("inputs", []),
     )
     return DraftCard(str(card), card.data.to_dict(), repo_id, base_model, target, validation)
