@@ -22,6 +22,8 @@ _LAZY = {
     "push_draft": "eagle3_quant.export.push",
     "PushResult": "eagle3_quant.export.push",
     "make_card": "eagle3_quant.export.card",
+    "run_pipeline": "eagle3_quant.pipeline",
+    "load_pipeline": "eagle3_quant.pipeline_spec",
 }
 
 __all__ = sorted(_LAZY)

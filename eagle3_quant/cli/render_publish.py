@@ -41,3 +41,17 @@ def print_push(result) -> None:
         console.print(f"pull request: {result.pr_url}", markup=False)
     if result.tag:
         console.print(f"tag {result.tag} -> {result.commit_oid or result.head}", markup=False)
+
+
+def print_pipeline(result) -> None:
+    if result.push is not None:
+        print_push(result.push)
+    spec = result.spec
+    table = Table(title=f"pipeline {spec.path}: {spec.source} -> {spec.out}")
+    for col in ("stage", "status", "seconds", "detail"):
+        table.add_column(col)
+    colours = {"ran": "green", "skipped": "cyan", "failed": "red", "not run": "red", "unavailable": "yellow"}
+    for s in result.stages:
+        colour = colours.get(s.status, "white")
+        table.add_row(s.name, f"[{colour}]{s.status}[/]", f"{s.seconds:.1f}", s.detail.replace("[", "\\["))
+    console.print(table)
