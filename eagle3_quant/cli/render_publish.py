@@ -55,3 +55,6 @@ def print_pipeline(result) -> None:
         colour = colours.get(s.status, "white")
         table.add_row(s.name, f"[{colour}]{s.status}[/]", f"{s.seconds:.1f}", s.detail.replace("[", "\\["))
     console.print(table)
+    for s in result.stages:
+        if s.status == "failed":
+            typer.echo(f"error: {s.name}: {s.detail}", err=True)
