@@ -198,7 +198,8 @@ def run_pipeline(pipeline: str | Path | PipelineSpec, overrides: list[str] | Non
         except Eagle3QuantError as exc:
             status, detail = "failed", str(exc)
         outcomes.append(StageOutcome(name, status, time.perf_counter() - started, detail))
-        must_stop = status == "failed" and not (name == "validate" and spec.push.allow_unvalidated)
+        unvalidated = name == "validate" and status in ("failed", "unavailable")
+        must_stop = (status == "failed" or unvalidated) and not (unvalidated and spec.push.allow_unvalidated)
         must_stop |= status == "unavailable" and name == "calibrate" and SCHEMES[spec.scheme].needs_calibration
         if must_stop:
             blocked = name
