@@ -114,6 +114,14 @@ def _reproduce(source: dict, scheme: str, layers: list[dict], repo_id: str) -> l
             f"eagle3-quant push OUT --repo-id {repo_id}"]
 
 
+def _calibration_text(data: dict) -> str:
+    calib = data.get("calibration")
+    if isinstance(calib, dict) and calib.get("samples"):
+        return (f"{calib['samples']} samples, {calib.get('tokens', '?')} draft positions over "
+                f"{calib.get('steps', '?')} draft steps (static input scales)")
+    return "none: no data needed (weight scales from the weights, activation scales per token at run time)"
+
+
 def _recorded_command(argv: list[str] | None) -> str:
     """The quantize command as typed, when it was the CLI (an API call records the host program instead)."""
     return " ".join(argv) if argv and argv[0].startswith("eagle3-quant") else ""
@@ -165,7 +173,7 @@ def build_card(out: str | Path, repo_id: str | None = None, *, target: str | Non
         checks=validation.checks, pipeline=pipeline,
         reproduce=_reproduce(source, scheme["name"], layers, repo_id),
         recorded_command=_recorded_command(data.get("command")), device=data.get("device", "?"),
-        outputs=data["outputs"], inputs=data.get("inputs", []),
+        outputs=data["outputs"], inputs=data.get("inputs", []), calibration_text=_calibration_text(data),
     )
     return DraftCard(str(card), card.data.to_dict(), repo_id, base_model, target, validation)
 

@@ -92,6 +92,7 @@ def test_card_quantization_table_comes_from_the_manifest(make_out):
     assert f"amd-quark {manifest['versions']['amd-quark']}" in text
     assert "| acceptance ratio FP8 / BF16 | 0.9979 |" in text
     assert "passed on cpu, torch._scaled_mm (CPU)" in text
+    assert "| calibration | none: no data needed" in text
     assert not (out / "README.md").exists()  # write=False
 
 
@@ -103,12 +104,14 @@ def test_card_without_known_base_model_omits_relation_and_warns_sglang_for_quant
         if layer["role"] == "fc":
             layer["quantized"], layer["reason"] = True, "--quantize-fc"
     manifest["source"]["card"] = {"license": "apache-2.0"}
+    manifest["calibration"] = {"samples": 64, "tokens": 8192, "steps": 3, "input_scales": {}}
     (out / MANIFEST_NAME).write_text(json.dumps(manifest))
     card = make_card(out, write=False)
     assert "base_model" not in card.metadata and "base_model_relation" not in card.metadata
     assert card.metadata["license"] == "apache-2.0"
     assert "**This draft cannot load in SGLang**" in card.text
     assert "--quantize-fc" in card.text  # the reproduce command keeps the choice
+    assert "| calibration | 64 samples, 8192 draft positions over 3 draft steps (static input scales) |" in card.text
 
 
 @pytest.mark.slow
