@@ -184,7 +184,7 @@ def run_pipeline(pipeline: str | Path | PipelineSpec, overrides: list[str] | Non
     pushed = None
     blocked = None
     for name in STAGES:
-        if blocked:
+        if blocked and not (name == "push" and not spec.push.enabled):
             outcomes.append(StageOutcome(name, "not run", 0.0, f"stopped after {blocked}"))
             continue
         started = time.perf_counter()
