@@ -149,7 +149,9 @@ def run_validate(spec: PipelineSpec) -> str:
         raise _Skip("skipped", "present: passed")
     fn = _stage_function("eagle3_quant.validate", "validate_draft")
     calib = spec.calib if (spec.calib / "calib.json").is_file() else None
-    _call(fn, spec.out, reference=spec.source, calib=calib, **spec.validate.options)
+    # a Hub source: validate_draft finds the downloaded BF16 folder through the manifest itself
+    reference = None if _is_hub_id(spec.source) else spec.source
+    _call(fn, spec.out, reference=reference, calib=calib, **spec.validate.options)
     report = read_validation(spec.out)
     if not report.passed:
         raise _Skip("failed", report.problem)

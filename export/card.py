@@ -78,7 +78,7 @@ def _metric_rows(validation: ValidationSummary) -> list[tuple[str, str]]:
     kernel = validation.kernel
     if kernel.get("status"):
         where = ", ".join(str(kernel[k]) for k in ("device", "backend") if kernel.get(k))
-        kernels = [str(k) for k in kernel.get("kernels") or []][:3]
+        kernels = [str(k.get("name", k)) if isinstance(k, dict) else str(k) for k in kernel.get("kernels") or []][:3]
         kernel_text = f"{kernel['status']}" + (f" on {where}" if where else "") + (
             f"; kernels: {', '.join(f'`{k}`' for k in kernels)}" if kernels else "")
     else:

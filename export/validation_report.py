@@ -6,7 +6,8 @@ Contract (report_version 1, written by `eagle3-quant validate`)::
      "checks": [{"name": str, "status": "passed"|"failed"|"skipped", "detail": str, ...}],
      "metrics": {"acceptance_length_bf16": float, "acceptance_length_fp8": float, "acceptance_ratio": float,
                  "top1_agreement": float, "kl": float, ...},          # keys may be missing (data-free run)
-     "kernel": {"status": str, "device": str, "backend": str, "kernels": [...]}, ...}
+     "kernel": {"status": str, "device": str, "backend": str, "kernels": [...]},
+     "calibration": {"target": str, ...} | null, ...}
 
 Anything unexpected is read as "not measured", never guessed.
 """
@@ -82,7 +83,8 @@ def read_validation(out: str | Path) -> ValidationSummary:
                                                      f"(this tool reads version {REPORT_VERSION})")
     checks = _checks(data.get("checks"))
     kernel = data.get("kernel") if isinstance(data.get("kernel"), dict) else {}
-    target = data.get("target") if isinstance(data.get("target"), str) else None
+    calibration = data.get("calibration") if isinstance(data.get("calibration"), dict) else {}
+    target = next((t for t in (data.get("target"), calibration.get("target")) if isinstance(t, str) and t), None)
     common = dict(checks=checks, metrics=_finite_numbers(data.get("metrics")), kernel=kernel, target=target)
     if data.get("passed") is not True:
         failed = [c.name for c in checks if c.status == "failed"]

@@ -20,6 +20,7 @@ def write_report(folder, data) -> None:
 
 
 def test_report_reader_states(tmp_path):
+    report = json.loads(json.dumps(PASSED_REPORT))
     assert read_validation(tmp_path).state == "missing"
     write_report(tmp_path, "[1, 2")
     assert read_validation(tmp_path).state == "unreadable"
@@ -31,6 +32,9 @@ def test_report_reader_states(tmp_path):
     summary = read_validation(tmp_path)
     assert summary.passed and summary.metric("acceptance_ratio") == 0.9979 and summary.target == "example-org/target"
     assert [c.status for c in summary.checks] == ["passed", "passed", "skipped"]
+    del report["target"]
+    write_report(tmp_path, {**report, "calibration": {"target": "org/calib-target", "samples": 8}})
+    assert read_validation(tmp_path).target == "org/calib-target"  # validate records it with the calibration
 
 
 def test_report_reader_drops_values_that_are_not_finite_numbers(tmp_path):
