@@ -129,3 +129,17 @@ def test_quantize_records_the_source_license(make_draft, tmp_path):
     assert not (tmp_path / "out" / "README.md").exists()  # the BF16 card is not carried over
     write_report(tmp_path / "out", PASSED_REPORT)
     assert make_card(tmp_path / "out", write=False).metadata["license"] == "mit"
+
+
+@pytest.mark.slow
+def test_card_cli_prints_or_writes(make_out, capsys):
+    out = make_out()
+    with pytest.raises(SystemExit) as exit_info:
+        main(["card", str(out), "--repo-id", "org/x-fp8", "--print"])
+    printed = capsys.readouterr().out
+    assert exit_info.value.code == 0 and printed.startswith("---\n") and '"model": "org/x-fp8"' in printed
+    assert not (out / "README.md").exists()
+    with pytest.raises(SystemExit) as exit_info:
+        main(["card", str(out), "--repo-id", "org/x-fp8"])
+    assert exit_info.value.code == 0 and "validation passed" in capsys.readouterr().out
+    assert printed == (out / "README.md").read_text() + "\n"  # echo adds one newline to the same text

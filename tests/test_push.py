@@ -173,6 +173,10 @@ def test_repush_unchanged_makes_no_commit(make_out, hub):
     assert {f.action for f in second.files} == {"unchanged"}
     assert hub.store.commit_count(REPO) == commits_before
     assert len(paths(hub, "POST", "/commit/")) == 1
+    from huggingface_hub import constants
+
+    # HF_ENDPOINT was set after huggingface_hub was imported: push used it, then left the library as it was
+    assert second.endpoint == hub.url and constants.ENDPOINT != hub.url
 
 
 def test_changed_card_uploads_only_the_card(make_out, hub):
