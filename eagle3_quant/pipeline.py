@@ -50,11 +50,12 @@ class _Skip(Exception):
         self.status, self.detail = status, detail
 
 
-def _stage_function(module: str, name: str) -> Callable:
+def _stage_function(name: str) -> Callable:
+    """A stage's public function from the package's lazy table (`eagle3_quant.<name>`)."""
     try:
-        return getattr(importlib.import_module(module), name)
+        return getattr(importlib.import_module("eagle3_quant"), name)
     except (ImportError, AttributeError):
-        raise _Skip("unavailable", f"{module}.{name} is not installed in this version") from None
+        raise _Skip("unavailable", f"eagle3_quant.{name} is not installed in this version") from None
 
 
 def _call(fn: Callable, *args: Any, **kwargs: Any) -> Any:
@@ -83,9 +84,9 @@ def run_calibrate(spec: PipelineSpec) -> str:
         existing = load_calibration(spec.calib)
         if existing.num_samples >= c.num_samples and existing.info.target == spec.target:
             raise _Skip("skipped", f"present: {existing.num_samples} samples, {existing.num_tokens} tokens")
-    fn = _stage_function("eagle3_quant.calib", "calibrate_target")
-    _call(fn, target=spec.target, draft=spec.source, data=c.data, out=spec.calib, num_samples=c.num_samples,
-          seq_len=c.seq_len, **c.options)
+    fn = _stage_function("calibrate_target")
+    _call(fn, target=spec.target, draft=spec.source, data=c.data, out=spec.calib, revision=spec.revision,
+          num_samples=c.num_samples, seq_len=c.seq_len, **c.options)
     done = load_calibration(spec.calib)
     return f"{done.num_samples} samples, {done.num_tokens} tokens in {spec.calib}"
 
@@ -147,7 +148,7 @@ def run_validate(spec: PipelineSpec) -> str:
         if report.state == "failed":
             raise _Skip("failed", f"present and failed: {report.problem}")
         raise _Skip("skipped", "present: passed")
-    fn = _stage_function("eagle3_quant.validate", "validate_draft")
+    fn = _stage_function("validate_draft")
     calib = spec.calib if (spec.calib / "calib.json").is_file() else None
     # a Hub source: validate_draft finds the downloaded BF16 folder through the manifest itself
     reference = None if _is_hub_id(spec.source) else spec.source

@@ -9,7 +9,7 @@ import pytest
 from eagle3_quant.formats import DraftFormat
 from eagle3_quant.synthetic import write_synthetic_draft
 
-pytest_plugins = ["hub_server.fixtures"]  # hub, hub_client, make_out: a local Hub and validated OUT copies
+pytest_plugins = ["calib_capture_fixtures", "hub_server.fixtures"]  # hub_server: a local Hub, validated OUT copies
 
 
 def load_tensors(folder: Path) -> dict:

@@ -145,11 +145,11 @@ def test_pipeline_stops_before_push_without_validation(make_draft, tmp_path, hub
 
 @pytest.mark.slow
 def test_unavailable_validation_blocks_the_push(make_draft, tmp_path, hub, monkeypatch):
-    import eagle3_quant.validate
+    import eagle3_quant
 
-    monkeypatch.delattr(eagle3_quant.validate, "validate_draft", raising=False)  # as before the stage is installed
+    monkeypatch.delitem(eagle3_quant._LAZY, "validate_draft", raising=False)  # as before the stage is installed
     result = run_pipeline(write_pipeline(tmp_path, source=str(make_draft())))
     status = {s.name: s for s in result.stages}
-    assert status["validate"].status == "unavailable" and "validate_draft is not installed" in status["validate"].detail
+    assert status["validate"].status == "unavailable" and "eagle3_quant.validate_draft is not installed" in status["validate"].detail
     assert status["push"].status == "not run" and not result.ok
     assert hub.requests == []
