@@ -150,6 +150,7 @@ def test_unavailable_validation_blocks_the_push(make_draft, tmp_path, hub, monke
     monkeypatch.delitem(eagle3_quant._LAZY, "validate_draft", raising=False)  # as before the stage is installed
     result = run_pipeline(write_pipeline(tmp_path, source=str(make_draft())))
     status = {s.name: s for s in result.stages}
-    assert status["validate"].status == "unavailable" and "eagle3_quant.validate_draft is not installed" in status["validate"].detail
+    assert status["validate"].status == "unavailable"
+    assert "eagle3_quant.validate_draft is not installed" in status["validate"].detail
     assert status["push"].status == "not run" and not result.ok
     assert hub.requests == []
