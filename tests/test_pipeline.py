@@ -154,3 +154,18 @@ def test_unavailable_validation_blocks_the_push(make_draft, tmp_path, hub, monke
     assert "eagle3_quant.validate_draft is not installed" in status["validate"].detail
     assert status["push"].status == "not run" and not result.ok
     assert hub.requests == []
+
+
+@pytest.mark.slow
+def test_pipeline_calibrates_with_the_real_stage_then_resumes(tiny_target, tiny_draft, chat_jsonl, tmp_path, hub):
+    path = write_pipeline(tmp_path, source=str(tiny_draft), target=str(tiny_target), push={"enabled": False},
+                          calibrate={"data": str(chat_jsonl), "num_samples": 5, "seq_len": 48,
+                                     "options": {"min_tokens": 4}})
+    first = run_pipeline(path)
+    calibrate = first.stages[0]
+    assert calibrate.status == "ran" and calibrate.detail.startswith("5 samples, ")
+    assert first.stages[1].status == "ran"
+    second = run_pipeline(path)
+    assert [s.status for s in second.stages[:2]] == ["skipped", "skipped"]
+    assert second.stages[0].detail.startswith("present: 5 samples")
+    assert hub.requests == []
