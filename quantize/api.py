@@ -12,6 +12,7 @@ from pathlib import Path
 from eagle3_quant.export.files import copy_side_files
 from eagle3_quant.export.manifest import Manifest, write_manifest
 from eagle3_quant.export.quark_config import rewrite_config
+from eagle3_quant.export.source_card import source_card_info
 from eagle3_quant.export.verify import verify_export
 from eagle3_quant.quantize.checks import check_disk, check_finite
 from eagle3_quant.quantize.plan import QuantPlan, make_plan
@@ -128,7 +129,8 @@ def quantize_draft(
         manifest = write_manifest(staging, {
             "source": {"path": str(draft.path), "repo_id": draft.source.repo_id,
                        "revision": draft.source.revision, "commit": draft.source.commit,
-                       "format": draft.format.value, "architecture": draft.config.architecture},
+                       "format": draft.format.value, "architecture": draft.config.architecture,
+                       "card": source_card_info(draft.path)},
             "scheme": {"name": chosen.name, "weight": chosen.weight.describe(), "input": chosen.input.describe()},
             "exclude": {"modules": [d.module for d in plan.excluded],
                         "vllm_patterns": config["quantization_config"]["exclude"],
