@@ -63,6 +63,11 @@ def staged_output(out: Path, src: Path | None, force: bool = False) -> Iterator[
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+    move_into_place(staging, out)
+
+
+def move_into_place(staging: Path, out: Path) -> None:
+    """Rename a finished folder to OUT; an existing OUT is moved aside first and deleted after."""
     if out.exists():
         old = out.parent / f".{out.name}.old-{os.getpid()}"
         out.rename(old)

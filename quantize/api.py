@@ -11,6 +11,7 @@ from pathlib import Path
 from eagle3_quant.export.files import copy_side_files
 from eagle3_quant.export.manifest import Manifest, write_manifest
 from eagle3_quant.export.quark_config import rewrite_config
+from eagle3_quant.export.source_card import source_card_info
 from eagle3_quant.export.verify import verify_export
 from eagle3_quant.quantize.checks import check_disk, scan_source
 from eagle3_quant.quantize.plan import QuantPlan, make_plan
@@ -45,6 +46,31 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def _check_auto_exclude(calib, threshold: float) -> None:
+    """Argument errors first, before any work starts."""
+    if calib is None:
+        raise SchemeError("--auto-exclude measures layer sensitivity on calibration data: give --calib CAL",
+                          field="calib")
+    if not 0.0 <= threshold < 1.0:
+        raise SchemeError(f"--auto-exclude {threshold} is not a fraction of positions in [0, 1)",
+                          field="auto_exclude")
+
+
+def _auto_exclude(draft, scheme: str, plan: QuantPlan, calib, threshold: float, device: str,
+                  ) -> tuple[dict, dict[str, str]]:
+    """Measure the planned groups' sensitivity: (report for the manifest, role -> reason to keep it BF16)."""
+    from eagle3_quant.quantize.sensitivity import linear_groups, measure_sensitivity
+
+    planned = {d.role for d in plan.quantized}
+    groups = [g for g, (roles, _) in linear_groups(draft).items() if set(roles) <= planned]
+    report = measure_sensitivity(draft.path, calib, scheme, device, groups=groups)
+    reasons = {role: f"auto-exclude: quantizing {g.group} alone changes the draft's top-1 on "
+                     f"{g.disagreement:.2%} of {report.positions} calibration positions (> {threshold:.2%}), "
+                     f"KL {g.kl:.3g}"
+               for g in report.above(threshold) for role in g.roles}
+    return {"threshold": threshold, **report.to_dict()}, reasons
+
+
 def quantize_draft(
     src: str | Path,
     out: str | Path,
@@ -56,28 +82,41 @@ def quantize_draft(
     force: bool = False,
     revision: str | None = None,
     calib: str | Path | None = None,
+    auto_exclude: float | None = None,
     verbose: bool = False,
 ) -> QuantizeResult:
     """Quantize an Eagle3 draft with Quark; write OUT atomically; return what was decided and written.
 
     `exclude` adds module names to the default BF16 set (fc, lm_head); `quantize_fc` removes fc from it.
+    `auto_exclude` (needs `calib`): also keep BF16 every layer group whose quantization alone changes the
+    draft's top-1 token on more than this fraction of calibration positions (see `measure_sensitivity`).
     """
     started = time.perf_counter()
     chosen = get_scheme(scheme)
     if chosen.needs_calibration and calib is None:
         raise SchemeError(f"scheme {chosen.name!r} has static input scales and needs calibration data "
                           "(--calib CAL, made by `eagle3-quant calibrate`)", field="calib")
+    if auto_exclude is not None:
+        _check_auto_exclude(calib, auto_exclude)
     timer = StageTimer()
     with timer.stage("read headers"):
         draft = read_draft(src, revision)
         out = check_output_target(Path(out), draft.path, force)
         plan = make_plan(draft, chosen, exclude, quantize_fc)
-        check_disk(out.parent, estimate_output_bytes(draft, {d.module for d in plan.quantized},
-                                                     static_input=not chosen.input.dynamic))
     quark_import = import_quark_in_background(verbose)   # overlaps the source scan below
     with timer.stage("scan source (sha256 + NaN/Inf)"):
         inputs = scan_source(draft)
     device = device or default_device()
+    sensitivity = None
+    if auto_exclude is not None:
+        with timer.stage("auto-exclude sensitivity"):
+            sensitivity, reasons = _auto_exclude(draft, chosen.name, plan, calib, auto_exclude, device)
+        plan = make_plan(draft, chosen, exclude, quantize_fc, reasons)
+        if not plan.quantized:
+            raise SchemeError(f"--auto-exclude {auto_exclude} keeps every linear BF16: nothing left to quantize",
+                              field="auto_exclude")
+    check_disk(out.parent, estimate_output_bytes(draft, {d.module for d in plan.quantized},
+                                                 static_input=not chosen.input.dynamic))
 
     with staged_output(out, draft.path, force) as staging:
         with timer.stage("import quark.torch (wait)"):
@@ -104,17 +143,18 @@ def quantize_draft(
             raise LoaderCompatError("vLLM would not load this as intended: " + "; ".join(loader.problems[:3]),
                                     path=out)
         with timer.stage("manifest"):
-            manifest = write_manifest(staging, _manifest_body(draft, chosen, plan, config, device, calibration),
-                                      inputs, verified.files)
+            extras = {"calibration": calibration, "sensitivity": sensitivity}
+            body = _manifest_body(draft, chosen, plan, config, device) | {k: v for k, v in extras.items() if v}
+            manifest = write_manifest(staging, body, inputs, verified.files)
     return QuantizeResult(out, manifest, plan, loader, time.perf_counter() - started, timer.seconds)
 
 
-def _manifest_body(draft: DraftCheckpoint, chosen: Scheme, plan: QuantPlan, config: dict, device: str,
-                   calibration: dict | None) -> dict:
+def _manifest_body(draft: DraftCheckpoint, chosen: Scheme, plan: QuantPlan, config: dict, device: str) -> dict:
     return {
         "source": {"path": str(draft.path), "repo_id": draft.source.repo_id,
                    "revision": draft.source.revision, "commit": draft.source.commit,
-                   "format": draft.format.value, "architecture": draft.config.architecture},
+                   "format": draft.format.value, "architecture": draft.config.architecture,
+                   "card": source_card_info(draft.path)},
         "scheme": {"name": chosen.name, "weight": chosen.weight.describe(), "input": chosen.input.describe()},
         "exclude": {"modules": [d.module for d in plan.excluded],
                     "vllm_patterns": config["quantization_config"]["exclude"],
@@ -122,5 +162,4 @@ def _manifest_body(draft: DraftCheckpoint, chosen: Scheme, plan: QuantPlan, conf
         "layers": [{"role": d.role, "module": d.module, "shape": [d.out_features, d.in_features],
                     "quantized": d.quantize, "reason": d.reason} for d in plan.decisions],
         "device": device,
-        **({"calibration": calibration} if calibration else {}),
     }

@@ -53,7 +53,8 @@ def test_bench_runs_on_tiny_and_writes_json(tmp_path, capsys):
     for contender in ("eagle3-quant", "bare Quark", "copy"):
         [run] = tiny["runs"][contender]
         assert run["wall_s"] > 0 and run["peak_rss_bytes"] > 0
-        assert tiny["median"][contender] == run
+        assert tiny["median"][contender] == {"wall_s": run["wall_s"], "peak_rss_bytes": run["peak_rss_bytes"]}
+    assert {"import quark.torch", "quark"} <= set(tiny["runs"]["bare Quark"][0]["stages"])
     assert tiny["ratio"]["wall"] > 0 and tiny["ratio"]["peak_rss"] > 0
     assert tiny["source"]["bytes"] > 0 and tiny["source"]["quark_exclude"] == ["fc", "lm_head"]
     stages = tiny["breakdown"]
