@@ -21,8 +21,8 @@ class BenchShape:
 
 BENCH_SHAPES: dict[str, BenchShape] = {
     "tiny": BenchShape("tiny", 1, 3),
-    "llama3-8b": BenchShape("llama3-8b", 1, 3),
-    "kimi-k2.5": BenchShape("kimi-k2.5", 4, 2),
+    "llama3-8b": BenchShape("llama3-8b", 1, 5),
+    "kimi-k2.5": BenchShape("kimi-k2.5", 4, 3),
 }
 
 

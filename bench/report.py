@@ -36,14 +36,15 @@ def check_targets(results: dict[str, Any]) -> dict[str, dict]:
 
 def format_table(results: dict[str, Any]) -> str:
     lines = [f"{'shape':<11} {'size':>9}  {'contender':<13} {'wall s':>8} {'peak RSS':>10} "
-             f"{'wall x Quark':>12} {'RSS x Quark':>11}"]
+             f"{'wall x Quark':>12} {'RSS x Quark':>11}  (medians; paired = median of per-repeat ratios)"]
     for shape, entry in results["shapes"].items():
         base = entry["median"]["bare Quark"]
         size = human_bytes(entry["source"]["bytes"])
         for i, (name, med) in enumerate(entry["median"].items()):
             wall, rss = med["wall_s"] / base["wall_s"], med["peak_rss_bytes"] / base["peak_rss_bytes"]
+            paired = f"  paired {entry['ratio']['wall_paired_median']:.2f}" if name == "eagle3-quant" else ""
             lines.append(f"{shape if i == 0 else '':<11} {size if i == 0 else '':>9}  {name:<13} {med['wall_s']:>8.2f} "
-                         f"{human_bytes(med['peak_rss_bytes']):>10} {wall:>12.2f} {rss:>11.2f}")
+                         f"{human_bytes(med['peak_rss_bytes']):>10} {wall:>12.2f} {rss:>11.2f}{paired}")
     return "\n".join(lines)
 
 
