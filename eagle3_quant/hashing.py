@@ -106,5 +106,10 @@ def digest_folder(root: Path, skip: frozenset[str] = frozenset(),
         return [one(p) for p in files]
     biggest_first = sorted(files, key=lambda p: -p.stat().st_size)
     with ThreadPoolExecutor(min(workers, len(files))) as pool:
-        done = dict(zip(biggest_first, pool.map(one, biggest_first), strict=True))
-    return [done[p] for p in files]
+        futures = {p: pool.submit(one, p) for p in biggest_first}
+        try:
+            return [futures[p].result() for p in files]
+        except BaseException:     # a visitor refused: do not start reading the files still queued
+            for future in futures.values():
+                future.cancel()
+            raise

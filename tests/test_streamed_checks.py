@@ -17,7 +17,7 @@ from safetensors.torch import load_file, save_file
 import eagle3_quant.hashing as hashing
 from eagle3_quant.draft import read_draft
 from eagle3_quant.errors import CheckpointFileError, DraftFormatError, QuantizationError
-from eagle3_quant.hashing import ByteRange, sha256_file
+from eagle3_quant.hashing import ByteRange, digest_folder, sha256_file
 from eagle3_quant.safetensors_header import read_header
 from eagle3_quant.schemes import get_scheme
 
@@ -42,6 +42,17 @@ def test_ranges_see_exactly_their_bytes_in_order_and_digest_is_whole_file(tmp_pa
     assert b"".join(p for _, p in seen["a"]) == data[10:200]
     assert [off for off, _ in seen["a"]] == [0, 64, 128]
     assert seen["b"] == [(0, data[300:301])]
+
+
+def test_digest_folder_on_two_threads_keeps_order_and_visits(tmp_path, small_chunks):
+    for i in range(3):
+        (tmp_path / f"f{i}").write_bytes(bytes([i]) * (100 + 50 * i))
+    seen = []
+    ranges = {(tmp_path / "f2").resolve(): [ByteRange(7, 190, lambda piece, off: seen.append(bytes(piece)))]}
+    digests = digest_folder(tmp_path, ranges=ranges, workers=2)
+    assert [d.path for d in digests] == ["f0", "f1", "f2"]
+    assert all(d.sha256 == hashlib.sha256((tmp_path / d.path).read_bytes()).hexdigest() for d in digests)
+    assert b"".join(seen) == bytes([2]) * 183
 
 
 def test_range_beyond_end_of_file_is_refused(tmp_path):
