@@ -21,6 +21,13 @@ _LAZY = {
     "ValidationReport": "eagle3_quant.validate.report",
     "SCHEMES": "eagle3_quant.schemes",
     "get_scheme": "eagle3_quant.schemes",
+    "calibrate_target": "eagle3_quant.calib.api",
+    "import_calibration": "eagle3_quant.calib.importer",
+    "CalibrationResult": "eagle3_quant.calib.result",
+    "load_draft": "eagle3_quant.runtime.loading",
+    "save_draft": "eagle3_quant.runtime.saving",
+    "new_draft_config": "eagle3_quant.runtime.saving",
+    "Eagle3Draft": "eagle3_quant.runtime.model",
 }
 
 __all__ = sorted(_LAZY)

@@ -83,3 +83,15 @@ class QuantizationError(Eagle3QuantError, RuntimeError):
 
 class LoaderCompatError(Eagle3QuantError, RuntimeError):
     """vLLM would load the artifact differently from what was intended."""
+
+
+class CalibrationDataError(Eagle3QuantError, ValueError):
+    """The calibration dataset or dump cannot be read, or holds no usable prompts or states."""
+
+
+class TargetMismatchError(Eagle3QuantError, ValueError):
+    """The target model (or its hidden states) does not fit the draft: hidden size, vocab or layer taps."""
+
+
+class Fp8LayoutError(Eagle3QuantError, ValueError):
+    """Operands of an FP8 matmul break the layout rules CUDA/ROCm ``torch._scaled_mm`` enforces."""

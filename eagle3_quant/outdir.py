@@ -13,14 +13,17 @@ from eagle3_quant.errors import OutputExistsError
 PARTIAL_MARK = ".partial-"
 
 
-def check_output_target(out: Path, src: Path, force: bool) -> Path:
-    out, src = out.resolve(), src.resolve()
-    if out == src:
-        raise OutputExistsError("OUT is the source folder; the source is never modified", path=out)
-    if out.is_relative_to(src):
-        raise OutputExistsError("OUT lies inside the source folder; choose a folder outside it", path=out)
-    if src.is_relative_to(out):
-        raise OutputExistsError("OUT contains the source folder; --force would delete the source", path=out)
+def check_output_target(out: Path, src: Path | None, force: bool) -> Path:
+    """`src` None: the output is made from nothing on disk (a new draft), only OUT itself is checked."""
+    out = out.resolve()
+    if src is not None:
+        src = src.resolve()
+        if out == src:
+            raise OutputExistsError("OUT is the source folder; the source is never modified", path=out)
+        if out.is_relative_to(src):
+            raise OutputExistsError("OUT lies inside the source folder; choose a folder outside it", path=out)
+        if src.is_relative_to(out):
+            raise OutputExistsError("OUT contains the source folder; --force would delete the source", path=out)
     if out.exists() and not force:
         raise OutputExistsError("already exists", path=out, hint="pass --force to replace it")
     if out.exists() and not out.is_dir():
@@ -47,7 +50,7 @@ def _alive(pid: int) -> bool:
 
 
 @contextmanager
-def staged_output(out: Path, src: Path, force: bool = False) -> Iterator[Path]:
+def staged_output(out: Path, src: Path | None, force: bool = False) -> Iterator[Path]:
     """Yield a temporary folder beside OUT; on success it replaces OUT, on any failure it is removed."""
     out = check_output_target(out, src, force)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -60,6 +63,11 @@ def staged_output(out: Path, src: Path, force: bool = False) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+    move_into_place(staging, out)
+
+
+def move_into_place(staging: Path, out: Path) -> None:
+    """Rename a finished folder to OUT; an existing OUT is moved aside first and deleted after."""
     if out.exists():
         old = out.parent / f".{out.name}.old-{os.getpid()}"
         out.rename(old)

@@ -76,10 +76,11 @@ def quantize_draft(
 
     with staged_output(out, draft.path, force) as staging, ThreadPoolExecutor(1) as pool:
         inputs = pool.submit(digest_folder, draft.path)
+        calibration = None
         if chosen.needs_calibration:
             from eagle3_quant.quantize.static import run_static_fp8
 
-            run_static_fp8(draft, plan, Path(calib), staging, device, verbose)
+            calibration = run_static_fp8(draft, plan, Path(calib), staging, device, verbose).to_dict()
         else:
             from eagle3_quant.quantize.quark_file import run_file_to_file
 
@@ -104,5 +105,6 @@ def quantize_draft(
             "layers": [{"role": d.role, "module": d.module, "shape": [d.out_features, d.in_features],
                         "quantized": d.quantize, "reason": d.reason} for d in plan.decisions],
             "device": device,
+            **({"calibration": calibration} if calibration else {}),
         }, inputs.result())
     return QuantizeResult(out, manifest, plan, loader, time.perf_counter() - started)
