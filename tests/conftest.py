@@ -9,7 +9,7 @@ import pytest
 from eagle3_quant.formats import DraftFormat
 from eagle3_quant.synthetic import write_synthetic_draft
 
-pytest_plugins = ["calib_capture_fixtures"]
+pytest_plugins = ["calib_capture_fixtures", "tiny_pair_fixtures"]
 
 
 def load_tensors(folder: Path) -> dict:

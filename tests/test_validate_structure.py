@@ -6,11 +6,11 @@ import json
 
 import pytest
 import torch
+from eagle3_quant.validate.api import validate_draft
+from eagle3_quant.validate.report import REPORT_VERSION
 from validate_helpers import copy_artifact, noise_in_weight, plain_quark_exclude, rewrite_tensor, scale_times_8
 
 from eagle3_quant.cli import main
-from eagle3_quant.validate.api import validate_draft
-from eagle3_quant.validate.report import REPORT_VERSION
 
 pytestmark = pytest.mark.slow
 Q_PROJ = "midlayer.self_attn.q_proj"
@@ -94,3 +94,16 @@ def test_bad_input_is_one_error_line(tmp_path, capsys):
         main(["validate", str(tmp_path / "missing")])
     assert exit_info.value.code == 2
     assert capsys.readouterr().err.startswith("error: ")
+
+
+def test_calibration_of_another_draft_is_refused(artifact, tmp_path):
+    from eagle3_quant.calib.format import CalibrationInfo, CalibrationSample, CalibrationWriter
+    from eagle3_quant.errors import DraftFormatError
+
+    src, out = artifact
+    writer = CalibrationWriter(tmp_path / "cal", CalibrationInfo("t", (1, 2, 3), 64))   # the draft reads 3, 5, 6
+    writer.add(CalibrationSample(torch.arange(8), torch.zeros(8, 192), torch.arange(1, 9), 4))
+    writer.close()
+    with pytest.raises(DraftFormatError, match="hidden_states"):
+        validate_draft(out, reference=src, calib=tmp_path / "cal", kernel=False)
+    assert not (out / "validation.json").exists()

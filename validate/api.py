@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
 from eagle3_quant.calib.format import CalibrationSet, load_calibration
-from eagle3_quant.draft import DraftCheckpoint
-from eagle3_quant.errors import DraftFormatError, Eagle3QuantError
-from eagle3_quant.layout import EMBEDDING_NAMES
+from eagle3_quant.calib.taps import resolve_taps
 from eagle3_quant.validate.kernel_check import kernel_checks, run_kernel_check
 from eagle3_quant.validate.report import REPORT_NAME, Check, Gates, ValidationReport, failed, gate, skipped
 from eagle3_quant.validate.structure import Fp8Artifact, read_artifact, read_reference, structure_checks
+
+from eagle3_quant.draft import DraftCheckpoint
+from eagle3_quant.errors import DraftFormatError, Eagle3QuantError
+from eagle3_quant.layout import EMBEDDING_NAMES
 
 DEFAULT_K = 3
 FIDELITY_CHECKS = ("top1_agreement", "acceptance_ratio")
@@ -22,15 +25,26 @@ def _check_calibration(calib: CalibrationSet, art: Fp8Artifact) -> None:
     if calib.info.target_hidden_size != cfg.target_hidden_size:
         raise DraftFormatError(f"calibration states have target hidden {calib.info.target_hidden_size}, the draft "
                                f"expects {cfg.target_hidden_size}", path=calib.path, field="target_hidden_size")
-    if cfg.aux_layer_ids is not None and tuple(calib.info.aux_layer_ids) != tuple(cfg.aux_layer_ids):
-        raise DraftFormatError(f"calibration taps {list(calib.info.aux_layer_ids)} differ from the draft's "
-                               f"aux layer ids {list(cfg.aux_layer_ids)}", path=calib.path, field="aux_layer_ids")
+    if cfg.aux_layer_ids is None:
+        return                        # the default taps depend on the target's depth: nothing to compare
+    taps = resolve_taps(cfg, None)
+    if tuple(calib.info.aux_layer_ids) != taps.indices:
+        raise DraftFormatError(f"calibration holds hidden_states {list(calib.info.aux_layer_ids)}, the draft reads "
+                               f"{list(taps.indices)} ({taps.origin}, {taps.convention.value} convention)",
+                               path=calib.path, field="aux_layer_ids")
 
 
-def _embedding_source(art: Fp8Artifact, calib: CalibrationSet, target: str | Path | None) -> str | Path | None:
+def _embedding(art: Fp8Artifact, calib: CalibrationSet, target: str | Path | None):
+    """The target's token embedding when the draft has none (from `target`, else the calibration set's target)."""
     if any(name in art.checkpoint.tensors for name in EMBEDDING_NAMES):
         return None
-    return target or calib.info.target or None
+    from eagle3_quant.runtime.embedding import read_target_embedding
+
+    source = target or calib.info.target
+    if not source:
+        raise DraftFormatError("the draft has no token embedding and no target is known", field="target",
+                               hint="pass --target with the target model's folder or Hub id")
+    return read_target_embedding(source)
 
 
 def _fidelity(art: Fp8Artifact, reference: DraftCheckpoint | None, calib: CalibrationSet | None,
@@ -41,19 +55,19 @@ def _fidelity(art: Fp8Artifact, reference: DraftCheckpoint | None, calib: Calibr
                                                ("calibration data (--calib)", calib)) if v is None)
         return [skipped(name, f"needs {missing}") for name in FIDELITY_CHECKS], {}
     import torch
-
-    from eagle3_quant.runtime.loading import load_draft
     from eagle3_quant.validate.fidelity import calibration_fidelity
 
-    embedding = _embedding_source(art, calib, target)
+    from eagle3_quant.runtime.loading import load_draft
+
+    embedding = _embedding(art, calib, target)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     # CPUs without bf16 units run bf16 matmuls several times slower; the weights are the same in fp32
     dtype = torch.float32 if torch.device(device).type == "cpu" else None
+    bf16_draft = load_draft(reference.path, device, dtype, embedding=embedding)
     try:
         fp8_draft = load_draft(art.path, device, dtype, embedding=embedding)
-        bf16_draft = load_draft(reference.path, device, dtype, embedding=embedding)
     except Eagle3QuantError as exc:
-        return [failed(name, f"the drafts do not load: {exc}") for name in FIDELITY_CHECKS], {}
+        return [failed(name, f"the FP8 draft does not load: {exc}") for name in FIDELITY_CHECKS], {}
     result = calibration_fidelity(fp8_draft, bf16_draft, calib, k, max_samples)
     metrics = {**result.metrics(), "compute_dtype": str(bf16_draft.dtype).removeprefix("torch."), "device": device}
     checks = [gate("top1_agreement", result.top1_agreement, gates.min_top1_agreement,
@@ -110,16 +124,19 @@ def validate_draft(out: str | Path, reference: str | Path | None = None, calib: 
     checks += fidelity_checks
     if layers:
         metrics["min_weight_sqnr_db"] = sqnr_check.data["value"]
-    if kernel:
+    unreadable = any(c.name == "fp8_weights" and c.status == "failed" for c in checks)
+    if kernel and not unreadable:
         kernel_result = run_kernel_check(out, device)
         checks += kernel_checks(kernel_result)
     else:
-        kernel_result = {"status": "skipped", "reason": "kernel check turned off (--no-kernel)"}
-        checks.append(skipped("kernel_path", kernel_result["reason"]))
+        reason = "the FP8 weights or scales are malformed (fp8_weights)" if unreadable else \
+            "kernel check turned off (--no-kernel)"
+        kernel_result = {"status": "skipped", "reason": reason}
+        checks.append(skipped("kernel_path", reason))
     calibration = None if cal is None else {"path": str(cal.path), "samples": cal.num_samples,
                                             "tokens": cal.num_tokens, "target": cal.info.target}
     result = ValidationReport(out, ref.path if ref is not None else None, calibration, gates, tuple(checks),
                               metrics, tuple(layers), kernel_result)
     report_path = Path(report).expanduser() if report is not None else out / REPORT_NAME
     result.write(report_path)
-    return ValidationReport(**{**result.__dict__, "report_path": report_path})
+    return dataclasses.replace(result, report_path=report_path)

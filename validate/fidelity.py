@@ -7,12 +7,7 @@ import math
 from dataclasses import dataclass
 
 import torch
-from safetensors import safe_open
-
 from eagle3_quant.calib.format import CalibrationSet
-from eagle3_quant.draft import DraftCheckpoint
-from eagle3_quant.runtime.drafting import draft_inputs
-from eagle3_quant.runtime.model import Eagle3Draft
 from eagle3_quant.validate.acceptance import (
     AcceptanceStats,
     PairedRatio,
@@ -22,6 +17,11 @@ from eagle3_quant.validate.acceptance import (
     valid_starts,
 )
 from eagle3_quant.validate.structure import Fp8Artifact
+from safetensors import safe_open
+
+from eagle3_quant.draft import DraftCheckpoint
+from eagle3_quant.runtime.drafting import draft_inputs
+from eagle3_quant.runtime.model import Eagle3Draft
 
 
 def _tensor(info) -> torch.Tensor:

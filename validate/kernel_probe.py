@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from eagle3_quant.validate.platform import Platform
+from eagle3_quant.validate.structure import read_artifact
 from safetensors import safe_open
 
 from eagle3_quant.layout import FUSED_GROUPS
 from eagle3_quant.runtime import fp8
-from eagle3_quant.validate.platform import Platform
-from eagle3_quant.validate.structure import read_artifact
 
 NUMERICS_ROWS = (1, 16, 64)
 TIMING_BATCHES = (1, 2, 4, 8, 16, 32, 64)
@@ -32,6 +32,19 @@ class Fp8Weight:
     role: str
     weight: torch.Tensor          # float8_e4m3fn [N, K]
     scale: torch.Tensor           # fp32 [N] or [1]
+    input_scale: torch.Tensor | None = None   # static per-tensor activation scale (--scheme fp8)
+
+    def quantize_input(self, x: torch.Tensor, dtype: torch.dtype = torch.float8_e4m3fn,
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.input_scale is None:
+            return fp8.quantize_per_token(x, dtype)
+        doubled = 2.0 if dtype == torch.float8_e4m3fnuz else 1.0   # fnuz values are half: vLLM doubles scales
+        return fp8.quantize_static(x, self.input_scale * doubled, dtype)
+
+
+def _read(info) -> torch.Tensor:
+    with safe_open(str(info.file), framework="pt") as fh:
+        return fh.get_tensor(info.name)
 
 
 def read_fp8_weights(out: Path, device: str) -> list[Fp8Weight]:
@@ -39,12 +52,11 @@ def read_fp8_weights(out: Path, device: str) -> list[Fp8Weight]:
     weights = []
     for module in art.fp8_modules:
         w_info = art.checkpoint.tensors[module + ".weight"]
-        s_info = art.checkpoint.tensors[module + ".weight_scale"]
-        with safe_open(str(w_info.file), framework="pt") as fh:
-            weight = fh.get_tensor(w_info.name)
-        with safe_open(str(s_info.file), framework="pt") as fh:
-            scale = fh.get_tensor(s_info.name).to(torch.float32).reshape(-1)
-        weights.append(Fp8Weight(module, art.role_of(module), weight.to(device), scale.to(device)))
+        weight = _read(w_info).to(device)
+        scale = _read(art.checkpoint.tensors[module + ".weight_scale"]).to(device, torch.float32).reshape(-1)
+        i_info = art.checkpoint.tensors.get(module + ".input_scale")
+        input_scale = _read(i_info).to(device, torch.float32).reshape(1) if i_info is not None else None
+        weights.append(Fp8Weight(module, art.role_of(module), weight, scale, input_scale))
     return weights
 
 
@@ -63,7 +75,7 @@ def numerics(weights: list[Fp8Weight], platform: Platform) -> list[dict]:
     for i, w in enumerate(weights):
         for m in NUMERICS_ROWS:
             x = _activations(m, w.weight.shape[1], platform.device, seed=1000 * i + m)
-            a, scale_a = fp8.quantize_per_token(x)
+            a, scale_a = w.quantize_input(x)
             out = fp8.fp8_linear(a, scale_a, w.weight, w.scale)
             ref = fp8.dequantized_matmul(a, scale_a, w.weight, w.scale)
             entry = {"module": w.module, "rows": m, "format": "e4m3fn", "max_rel_error": _error(out, ref),
@@ -72,7 +84,7 @@ def numerics(weights: list[Fp8Weight], platform: Platform) -> list[dict]:
             rows.append(entry)
             if platform.needs_fnuz:
                 wz, sz, _ = fp8.e4m3fn_to_e4m3fnuz(w.weight, w.scale)
-                az, scale_az = fp8.quantize_per_token(x, torch.float8_e4m3fnuz)
+                az, scale_az = w.quantize_input(x, torch.float8_e4m3fnuz)
                 err = _error(fp8.fp8_linear(az, scale_az, wz, sz), ref)
                 rows.append({"module": w.module, "rows": m, "format": "e4m3fnuz", "max_rel_error": err,
                              "bit_exact": False, "tolerance": FNUZ_TOLERANCE, "ok": err <= FNUZ_TOLERANCE})
@@ -82,9 +94,9 @@ def numerics(weights: list[Fp8Weight], platform: Platform) -> list[dict]:
 def _run_fp8(w: Fp8Weight, x: torch.Tensor, fnuz: bool) -> torch.Tensor:
     if fnuz:
         wz, sz, _ = fp8.e4m3fn_to_e4m3fnuz(w.weight, w.scale)
-        a, scale_a = fp8.quantize_per_token(x, torch.float8_e4m3fnuz)
+        a, scale_a = w.quantize_input(x, torch.float8_e4m3fnuz)
         return fp8.fp8_linear(a, scale_a, wz, sz)
-    a, scale_a = fp8.quantize_per_token(x)
+    a, scale_a = w.quantize_input(x)
     return fp8.fp8_linear(a, scale_a, w.weight, w.scale)
 
 
@@ -116,7 +128,9 @@ def runtime_layers(weights: list[Fp8Weight]) -> list[Fp8Weight]:
         if all(r in by_role for r in roles):
             parts = [by_role[r] for r in roles]
             scales = [p.scale.expand(p.weight.shape[0]) for p in parts]
-            fused.append(Fp8Weight(name, name, torch.cat([p.weight for p in parts]), torch.cat(scales)))
+            static = [p.input_scale for p in parts if p.input_scale is not None]
+            shared = torch.stack(static).amax().reshape(1) if len(static) == len(parts) else None
+            fused.append(Fp8Weight(name, name, torch.cat([p.weight for p in parts]), torch.cat(scales), shared))
             used.update(roles)
     return fused + [w for w in weights if w.role not in used]
 

@@ -11,20 +11,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from eagle3_quant.export.manifest import MANIFEST_NAME
+from eagle3_quant.export.verify import same_bytes
+from eagle3_quant.validate.loader_compat import check_loader_compat
+from eagle3_quant.validate.report import Check, failed, passed, skipped
 from safetensors import safe_open
 
 from eagle3_quant.checkpoint import Checkpoint, read_checkpoint
 from eagle3_quant.config import DraftConfig, load_config_file, parse_config
 from eagle3_quant.draft import DraftCheckpoint
 from eagle3_quant.errors import DraftFormatError
-from eagle3_quant.export.manifest import MANIFEST_NAME
-from eagle3_quant.export.verify import same_bytes
 from eagle3_quant.formats import detect_format
 from eagle3_quant.hashing import sha256_file
 from eagle3_quant.layout import DraftLayout, build_layout
 from eagle3_quant.safetensors_header import FLOAT_DTYPES, FP8_DTYPES, TensorInfo
-from eagle3_quant.validate.loader_compat import check_loader_compat
-from eagle3_quant.validate.report import Check, failed, passed, skipped
 
 SCALE_SUFFIXES = ("weight_scale", "input_scale")
 ROWS_PER_CHUNK = 4096
