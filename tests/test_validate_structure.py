@@ -98,6 +98,7 @@ def test_bad_input_is_one_error_line(tmp_path, capsys):
 
 def test_calibration_of_another_draft_is_refused(artifact, tmp_path):
     from eagle3_quant.calib.format import CalibrationInfo, CalibrationSample, CalibrationWriter
+
     from eagle3_quant.errors import DraftFormatError
 
     src, out = artifact
