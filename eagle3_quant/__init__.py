@@ -28,6 +28,11 @@ _LAZY = {
     "save_draft": "eagle3_quant.runtime.saving",
     "new_draft_config": "eagle3_quant.runtime.saving",
     "Eagle3Draft": "eagle3_quant.runtime.model",
+    "push_draft": "eagle3_quant.export.push",
+    "PushResult": "eagle3_quant.export.push",
+    "make_card": "eagle3_quant.export.card",
+    "run_pipeline": "eagle3_quant.pipeline",
+    "load_pipeline": "eagle3_quant.pipeline_spec",
 }
 
 __all__ = sorted(_LAZY)

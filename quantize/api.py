@@ -12,6 +12,7 @@ from pathlib import Path
 from eagle3_quant.export.files import copy_side_files
 from eagle3_quant.export.manifest import Manifest, write_manifest
 from eagle3_quant.export.quark_config import rewrite_config
+from eagle3_quant.export.source_card import source_card_info
 from eagle3_quant.export.verify import verify_export
 from eagle3_quant.quantize.checks import check_disk, check_finite
 from eagle3_quant.quantize.plan import QuantPlan, make_plan
@@ -44,6 +45,27 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def _auto_exclude(draft, scheme: str, plan: QuantPlan, calib, threshold: float, device: str,
+                  ) -> tuple[dict, dict[str, str]]:
+    """Measure the planned groups' sensitivity: (report for the manifest, role -> reason to keep it BF16)."""
+    if calib is None:
+        raise SchemeError("--auto-exclude measures layer sensitivity on calibration data: give --calib CAL",
+                          field="calib")
+    if not 0.0 <= threshold < 1.0:
+        raise SchemeError(f"--auto-exclude {threshold} is not a fraction of positions in [0, 1)",
+                          field="auto_exclude")
+    from eagle3_quant.quantize.sensitivity import linear_groups, measure_sensitivity
+
+    planned = {d.role for d in plan.quantized}
+    groups = [g for g, (roles, _) in linear_groups(draft).items() if set(roles) <= planned]
+    report = measure_sensitivity(draft.path, calib, scheme, device, groups=groups)
+    reasons = {role: f"auto-exclude: quantizing {g.group} alone changes the draft's top-1 on "
+                     f"{g.disagreement:.2%} of {report.positions} calibration positions (> {threshold:.2%}), "
+                     f"KL {g.kl:.3g}"
+               for g in report.above(threshold) for role in g.roles}
+    return {"threshold": threshold, **report.to_dict()}, reasons
+
+
 def quantize_draft(
     src: str | Path,
     out: str | Path,
@@ -55,11 +77,14 @@ def quantize_draft(
     force: bool = False,
     revision: str | None = None,
     calib: str | Path | None = None,
+    auto_exclude: float | None = None,
     verbose: bool = False,
 ) -> QuantizeResult:
     """Quantize an Eagle3 draft with Quark; write OUT atomically; return what was decided and written.
 
     `exclude` adds module names to the default BF16 set (fc, lm_head); `quantize_fc` removes fc from it.
+    `auto_exclude` (needs `calib`): also keep BF16 every layer group whose quantization alone changes the
+    draft's top-1 token on more than this fraction of calibration positions (see `measure_sensitivity`).
     """
     started = time.perf_counter()
     chosen = get_scheme(scheme)
@@ -69,10 +94,17 @@ def quantize_draft(
     draft = read_draft(src, revision)
     out = check_output_target(Path(out), draft.path, force)
     plan = make_plan(draft, chosen, exclude, quantize_fc)
-    check_disk(out.parent, estimate_output_bytes(draft, {d.module for d in plan.quantized},
-                                                 static_input=not chosen.input.dynamic))
     check_finite(draft)
     device = device or default_device()
+    sensitivity = None
+    if auto_exclude is not None:
+        sensitivity, reasons = _auto_exclude(draft, chosen.name, plan, calib, auto_exclude, device)
+        plan = make_plan(draft, chosen, exclude, quantize_fc, reasons)
+        if not plan.quantized:
+            raise SchemeError(f"--auto-exclude {auto_exclude} keeps every linear BF16: nothing left to quantize",
+                              field="auto_exclude")
+    check_disk(out.parent, estimate_output_bytes(draft, {d.module for d in plan.quantized},
+                                                 static_input=not chosen.input.dynamic))
 
     with staged_output(out, draft.path, force) as staging, ThreadPoolExecutor(1) as pool:
         inputs = pool.submit(digest_folder, draft.path)
@@ -97,7 +129,8 @@ def quantize_draft(
         manifest = write_manifest(staging, {
             "source": {"path": str(draft.path), "repo_id": draft.source.repo_id,
                        "revision": draft.source.revision, "commit": draft.source.commit,
-                       "format": draft.format.value, "architecture": draft.config.architecture},
+                       "format": draft.format.value, "architecture": draft.config.architecture,
+                       "card": source_card_info(draft.path)},
             "scheme": {"name": chosen.name, "weight": chosen.weight.describe(), "input": chosen.input.describe()},
             "exclude": {"modules": [d.module for d in plan.excluded],
                         "vllm_patterns": config["quantization_config"]["exclude"],
@@ -106,5 +139,6 @@ def quantize_draft(
                         "quantized": d.quantize, "reason": d.reason} for d in plan.decisions],
             "device": device,
             **({"calibration": calibration} if calibration else {}),
+            **({"sensitivity": sensitivity} if sensitivity else {}),
         }, inputs.result())
     return QuantizeResult(out, manifest, plan, loader, time.perf_counter() - started)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from pathlib import Path
 
 from eagle3_quant.calib.format import CalibrationSet, load_calibration
@@ -97,17 +98,18 @@ def _sqnr(art: Fp8Artifact, reference: DraftCheckpoint | None, gates: Gates) -> 
 
 
 def validate_draft(out: str | Path, reference: str | Path | None = None, calib: str | Path | None = None,
-                   report: str | Path | None = None, gates: Gates | None = None, *, k: int = DEFAULT_K,
-                   target: str | Path | None = None, device: str | None = None, kernel: bool = True,
+                   report: str | Path | None = None, gates: Gates | Mapping[str, float] | None = None, *,
+                   k: int = DEFAULT_K, target: str | Path | None = None, device: str | None = None, kernel: bool = True,
                    max_samples: int | None = None) -> ValidationReport:
     """Validate the FP8 draft OUT; write the JSON report (default OUT/validation.json) and return it.
 
     `reference`: the BF16 draft (default: the manifest's source folder if it still exists). `calib`: a
     calibration set (``eagle3-quant calibrate``) for the data checks. `target`: where to take the token
     embedding from when the draft has none (default: the calibration set's target). `k`: draft steps per chain.
+    `gates`: a Gates or a mapping of its fields.
     Bad inputs raise an Eagle3QuantError; a draft that fails a check returns a report with ``passed`` False.
     """
-    gates = gates or Gates()
+    gates = Gates.from_value(gates)
     if k < 1:
         raise DraftFormatError(f"k must be >= 1, got {k}", field="k")
     out = Path(out).expanduser().resolve()

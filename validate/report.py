@@ -33,12 +33,15 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
 from eagle3_quant.export.manifest import library_versions
+
+from eagle3_quant.errors import SchemeError
 
 REPORT_VERSION = 1
 REPORT_NAME = "validation.json"
@@ -56,6 +59,18 @@ class Gates:
     def to_dict(self) -> dict:
         return {"min_top1_agreement": self.min_top1_agreement, "min_acceptance_ratio": self.min_acceptance_ratio,
                 "min_weight_sqnr_db": self.min_weight_sqnr_db}
+
+    @classmethod
+    def from_value(cls, value: Gates | Mapping[str, float] | None) -> Gates:
+        """A Gates, a mapping of its fields (pipeline files), or None for the defaults; unknown names refused."""
+        if value is None or isinstance(value, Gates):
+            return value or cls()
+        known = set(cls().to_dict())
+        unknown = sorted(set(value) - known)
+        if unknown:
+            raise SchemeError(f"unknown gate(s) {', '.join(unknown)}; valid gates: {', '.join(sorted(known))}",
+                              field="gates")
+        return cls(**{k: float(v) for k, v in value.items()})
 
 
 @dataclass(frozen=True)
