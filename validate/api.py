@@ -135,7 +135,7 @@ def validate_draft(out: str | Path, reference: str | Path | None = None, calib: 
             "kernel check turned off (--no-kernel)"
         kernel_result = {"status": "skipped", "reason": reason}
         checks.append(skipped("kernel_path", reason))
-    calibration = None if cal is None else {"path": str(cal.path), "samples": cal.num_samples,
+    calibration = None if cal is None else {"path": str(cal.path.resolve()), "samples": cal.num_samples,
                                             "tokens": cal.num_tokens, "target": cal.info.target}
     result = ValidationReport(out, ref.path if ref is not None else None, calibration, gates, tuple(checks),
                               metrics, tuple(layers), kernel_result)

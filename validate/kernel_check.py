@@ -3,6 +3,7 @@
 Run it on a GPU machine as one prepared script::
 
     python -m eagle3_quant.validate.kernel_check OUT [--device cuda:0] [--json kernel.json]
+    python -m eagle3_quant.validate.kernel_check --synthetic llama3-8b --json kernel.json   # real draft shapes
 
 On a GPU the probe runs in child processes with the BLAS libraries' logging switched on (it must be set before
 they load): ``HIPBLASLT_LOG_LEVEL=2`` and ``ROCBLAS_LAYER=1`` on ROCm, ``CUBLASLT_LOG_LEVEL=2`` on CUDA, then once
@@ -170,10 +171,21 @@ def kernel_checks(kernel: dict) -> list[Check]:
     return checks
 
 
+def _synthetic_fp8(shape: str, workdir: Path) -> Path:
+    from eagle3_quant.quantize.api import quantize_draft
+
+    from eagle3_quant.synthetic import write_synthetic_draft
+
+    src = write_synthetic_draft(workdir / "src", shape)
+    return quantize_draft(src, workdir / "fp8", device="cpu").output
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m eagle3_quant.validate.kernel_check",
                                      description="FP8 kernel-path check of an FP8 Eagle3 draft folder.")
-    parser.add_argument("out", type=Path)
+    parser.add_argument("out", type=Path, nargs="?", help="FP8 draft folder (or use --synthetic)")
+    parser.add_argument("--synthetic", choices=("tiny", "llama3-8b", "kimi-k2.5"), default=None,
+                        help="check a synthetic draft of this shape, quantized here with eagle3-quant first")
     parser.add_argument("--device", default=None, help="cuda, cuda:1 or cpu (default: first GPU, else CPU)")
     parser.add_argument("--json", type=Path, default=None, help="write the result here")
     parser.add_argument("--phase", choices=("evidence", "timing", "numerics"), default=None, help=argparse.SUPPRESS)
@@ -182,7 +194,13 @@ def main(argv: list[str] | None = None) -> int:
         result = probe(args.out, args.device or "cpu", args.phase)
         args.json.write_text(json.dumps(result, indent=2))
         return 0
-    kernel = run_kernel_check(args.out, args.device)
+    if (args.out is None) == (args.synthetic is None):
+        parser.error("give OUT or --synthetic SHAPE")
+    if args.synthetic:
+        with tempfile.TemporaryDirectory(prefix="eagle3-kernel-draft-") as tmp:
+            kernel = run_kernel_check(_synthetic_fp8(args.synthetic, Path(tmp)), args.device)
+    else:
+        kernel = run_kernel_check(args.out, args.device)
     if args.json:
         args.json.write_text(json.dumps(kernel, indent=2) + "\n")
     for check in kernel_checks(kernel):
