@@ -10,14 +10,13 @@ from pathlib import Path
 from eagle3_quant.calib.format import CalibrationSet, load_calibration
 from eagle3_quant.calib.taps import resolve_taps
 from eagle3_quant.validate.kernel_check import kernel_checks, run_kernel_check
-from eagle3_quant.validate.report import REPORT_NAME, Check, Gates, ValidationReport, failed, gate, skipped
+from eagle3_quant.validate.report import DEFAULT_K, REPORT_NAME, Check, Gates, ValidationReport, failed, gate, skipped
 from eagle3_quant.validate.structure import Fp8Artifact, read_artifact, read_reference, structure_checks
 
 from eagle3_quant.draft import DraftCheckpoint
 from eagle3_quant.errors import DraftFormatError, Eagle3QuantError
 from eagle3_quant.layout import EMBEDDING_NAMES
 
-DEFAULT_K = 3
 FIDELITY_CHECKS = ("top1_agreement", "acceptance_ratio")
 
 

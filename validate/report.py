@@ -45,6 +45,7 @@ from eagle3_quant.errors import SchemeError
 
 REPORT_VERSION = 1
 REPORT_NAME = "validation.json"
+DEFAULT_K = 3                 # draft tokens per speculative step (vLLM num_speculative_tokens)
 Status = Literal["passed", "failed", "skipped"]
 
 

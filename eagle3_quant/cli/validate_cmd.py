@@ -7,6 +7,9 @@ from typing import Annotated
 import typer
 
 from eagle3_quant.cli.app import app
+from eagle3_quant.validate.report import DEFAULT_K, Gates
+
+DEFAULT = Gates()
 
 
 @app.command("validate")
@@ -20,10 +23,13 @@ def validate_command(
     = None,
     target: Annotated[str | None, typer.Option(
         help="Target folder or Hub id for the token embedding (default: the calibration set's target).")] = None,
-    k: Annotated[int, typer.Option("--k", min=1, help="Draft tokens per speculative step.")] = 3,
-    min_top1: Annotated[float, typer.Option(help="Gate: step-0 top-1 agreement FP8 vs BF16.")] = 0.98,
-    min_acceptance_ratio: Annotated[float, typer.Option(help="Gate: acceptance length FP8 / BF16.")] = 0.99,
-    min_sqnr_db: Annotated[float, typer.Option(help="Gate: lowest per-layer weight SQNR in dB.")] = 25.0,
+    k: Annotated[int, typer.Option("--k", min=1, help="Draft tokens per speculative step.")] = DEFAULT_K,
+    min_top1: Annotated[float, typer.Option(help="Gate: step-0 top-1 agreement FP8 vs BF16.")]
+    = DEFAULT.min_top1_agreement,
+    min_acceptance_ratio: Annotated[float, typer.Option(help="Gate: acceptance length FP8 / BF16.")]
+    = DEFAULT.min_acceptance_ratio,
+    min_sqnr_db: Annotated[float, typer.Option(help="Gate: lowest per-layer weight SQNR in dB.")]
+    = DEFAULT.min_weight_sqnr_db,
     device: Annotated[str | None, typer.Option(help="cpu, cuda, cuda:1 (default: first GPU, else CPU).")] = None,
     kernel: Annotated[bool, typer.Option("--kernel/--no-kernel", help="Run the FP8 kernel-path check.")] = True,
     max_samples: Annotated[int | None, typer.Option(help="Use at most this many calibration samples.")] = None,
@@ -32,7 +38,6 @@ def validate_command(
     """Prove an FP8 draft still works: structure, fidelity to the BF16 draft, FP8 kernel path. Exit 1 on a failed
     gate."""
     from eagle3_quant.validate.api import validate_draft
-    from eagle3_quant.validate.report import Gates
 
     gates = Gates(min_top1_agreement=min_top1, min_acceptance_ratio=min_acceptance_ratio,
                   min_weight_sqnr_db=min_sqnr_db)
