@@ -13,7 +13,7 @@ from eagle3_quant.export.files import copy_side_files
 from eagle3_quant.export.manifest import Manifest, write_manifest
 from eagle3_quant.export.quark_config import rewrite_config
 from eagle3_quant.export.verify import verify_export
-from eagle3_quant.quantize.checks import check_disk, check_finite
+from eagle3_quant.quantize.checks import check_finite, check_resources, check_vocab_map
 from eagle3_quant.quantize.plan import QuantPlan, make_plan
 from eagle3_quant.validate.loader_compat import LoaderCheck, check_loader_compat
 
@@ -22,7 +22,9 @@ from eagle3_quant.errors import LoaderCompatError, SchemeError
 from eagle3_quant.hashing import digest_folder
 from eagle3_quant.inspection import estimate_output_bytes
 from eagle3_quant.outdir import check_output_target, staged_output
+from eagle3_quant.pickle_source import pickle_converted, pickle_only
 from eagle3_quant.schemes import DEFAULT_SCHEME, get_scheme
+from eagle3_quant.source import DraftSource, resolve_source
 
 
 @dataclass(frozen=True)
@@ -56,11 +58,28 @@ def quantize_draft(
     revision: str | None = None,
     calib: str | Path | None = None,
     verbose: bool = False,
+    allow_pickle: bool = False,
 ) -> QuantizeResult:
     """Quantize an Eagle3 draft with Quark; write OUT atomically; return what was decided and written.
 
     `exclude` adds module names to the default BF16 set (fc, lm_head); `quantize_fc` removes fc from it.
+    `allow_pickle` accepts a draft with only pickle weights: loaded with torch.load(weights_only=True) and
+    converted to safetensors beside OUT (the source is only read).
     """
+    options = dict(scheme=scheme, exclude=exclude, device=device, quantize_fc=quantize_fc, force=force,
+                   calib=calib, verbose=verbose)
+    if allow_pickle:
+        get_scheme(scheme)
+        source = resolve_source(src, revision, include_pickle=True)
+        if pickle_only(source.path):
+            with pickle_converted(source.path, Path(out), force) as converted:
+                return _quantize(converted, out, None, origin=source, **options)
+    return _quantize(src, out, revision, **options)
+
+
+def _quantize(src: str | Path, out: str | Path, revision: str | None, *, scheme: str,
+              exclude: Sequence[str] | None, device: str | None, quantize_fc: bool, force: bool,
+              calib: str | Path | None, verbose: bool, origin: DraftSource | None = None) -> QuantizeResult:
     started = time.perf_counter()
     chosen = get_scheme(scheme)
     if chosen.needs_calibration and calib is None:
@@ -69,13 +88,16 @@ def quantize_draft(
     draft = read_draft(src, revision)
     out = check_output_target(Path(out), draft.path, force)
     plan = make_plan(draft, chosen, exclude, quantize_fc)
-    check_disk(out.parent, estimate_output_bytes(draft, {d.module for d in plan.quantized},
-                                                 static_input=not chosen.input.dynamic))
+    check_resources(draft, out, estimate_output_bytes(draft, {d.module for d in plan.quantized},
+                                                      static_input=not chosen.input.dynamic),
+                    {d.module + ".weight" for d in plan.quantized}, per_shard=not chosen.needs_calibration)
     check_finite(draft)
+    check_vocab_map(draft)
     device = device or default_device()
 
     with staged_output(out, draft.path, force) as staging, ThreadPoolExecutor(1) as pool:
-        inputs = pool.submit(digest_folder, draft.path)
+        source = origin or draft.source
+        inputs = pool.submit(digest_folder, source.path)
         if chosen.needs_calibration:
             from eagle3_quant.quantize.static import run_static_fp8
 
@@ -94,9 +116,10 @@ def quantize_draft(
             raise LoaderCompatError("vLLM would not load this as intended: " + "; ".join(loader.problems[:3]),
                                     path=out)
         manifest = write_manifest(staging, {
-            "source": {"path": str(draft.path), "repo_id": draft.source.repo_id,
-                       "revision": draft.source.revision, "commit": draft.source.commit,
-                       "format": draft.format.value, "architecture": draft.config.architecture},
+            "source": {"path": str(source.path), "repo_id": source.repo_id,
+                       "revision": source.revision, "commit": source.commit,
+                       "format": draft.format.value, "architecture": draft.config.architecture,
+                       "pickle_converted": origin is not None},
             "scheme": {"name": chosen.name, "weight": chosen.weight.describe(), "input": chosen.input.describe()},
             "exclude": {"modules": [d.module for d in plan.excluded],
                         "vllm_patterns": config["quantization_config"]["exclude"],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
 import typer
@@ -16,7 +17,12 @@ from eagle3_quant.cli import inspect_cmd, quantize_cmd  # noqa: E402,F401  isort
 DEBUG_ENV = "EAGLE3_QUANT_DEBUG"
 
 
+def _terminated(signum, frame) -> None:
+    raise KeyboardInterrupt  # SIGTERM cleans up like Ctrl-C: temporary folders are removed
+
+
 def main(argv: list[str] | None = None) -> None:
+    previous = signal.signal(signal.SIGTERM, _terminated)
     try:
         code = app(args=argv, prog_name="eagle3-quant", standalone_mode=False)
     except typer.Exit as exc:
@@ -36,4 +42,6 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         print("interrupted: nothing was written", file=sys.stderr)
         code = 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     sys.exit(code if isinstance(code, int) else 0)
