@@ -19,6 +19,10 @@ _LAZY = {
     "check_loader_compat": "eagle3_quant.validate.loader_compat",
     "SCHEMES": "eagle3_quant.schemes",
     "get_scheme": "eagle3_quant.schemes",
+    "load_draft": "eagle3_quant.runtime.loading",
+    "save_draft": "eagle3_quant.runtime.saving",
+    "new_draft_config": "eagle3_quant.runtime.saving",
+    "Eagle3Draft": "eagle3_quant.runtime.model",
 }
 
 __all__ = sorted(_LAZY)

@@ -21,14 +21,17 @@ DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 DISK_FULL_TEXTS = ("No space left on device", "Disk quota exceeded", "StorageFull")
 
 
-def check_output_target(out: Path, src: Path, force: bool) -> Path:
-    out, src = out.resolve(), src.resolve()
-    if out == src:
-        raise OutputExistsError("OUT is the source folder; the source is never modified", path=out)
-    if out.is_relative_to(src):
-        raise OutputExistsError("OUT lies inside the source folder; choose a folder outside it", path=out)
-    if src.is_relative_to(out):
-        raise OutputExistsError("OUT contains the source folder; --force would delete the source", path=out)
+def check_output_target(out: Path, src: Path | None, force: bool) -> Path:
+    """`src` None: the output is made from nothing on disk (a new draft), only OUT itself is checked."""
+    out = out.resolve()
+    if src is not None:
+        src = src.resolve()
+        if out == src:
+            raise OutputExistsError("OUT is the source folder; the source is never modified", path=out)
+        if out.is_relative_to(src):
+            raise OutputExistsError("OUT lies inside the source folder; choose a folder outside it", path=out)
+        if src.is_relative_to(out):
+            raise OutputExistsError("OUT contains the source folder; --force would delete the source", path=out)
     if out.exists() and not force:
         raise OutputExistsError("already exists", path=out, hint="pass --force to replace it")
     if out.exists() and not out.is_dir():
@@ -80,7 +83,7 @@ def _make_parents(folder: Path) -> list[Path]:
 
 
 @contextmanager
-def staged_output(out: Path, src: Path, force: bool = False) -> Iterator[Path]:
+def staged_output(out: Path, src: Path | None, force: bool = False) -> Iterator[Path]:
     """Yield a temporary folder beside OUT; on success it replaces OUT, on any failure it is removed.
 
     A disk-full error while writing becomes a ``ResourceError`` naming OUT.

@@ -98,10 +98,11 @@ def _quantize(src: str | Path, out: str | Path, revision: str | None, *, scheme:
     with staged_output(out, draft.path, force) as staging, ThreadPoolExecutor(1) as pool:
         source = origin or draft.source
         inputs = pool.submit(digest_folder, source.path)
+        calibration = None
         if chosen.needs_calibration:
             from eagle3_quant.quantize.static import run_static_fp8
 
-            run_static_fp8(draft, plan, Path(calib), staging, device, verbose)
+            calibration = run_static_fp8(draft, plan, Path(calib), staging, device, verbose).to_dict()
         else:
             from eagle3_quant.quantize.quark_file import run_file_to_file
 
@@ -127,5 +128,6 @@ def _quantize(src: str | Path, out: str | Path, revision: str | None, *, scheme:
             "layers": [{"role": d.role, "module": d.module, "shape": [d.out_features, d.in_features],
                         "quantized": d.quantize, "reason": d.reason} for d in plan.decisions],
             "device": device,
+            **({"calibration": calibration} if calibration else {}),
         }, inputs.result())
     return QuantizeResult(out, manifest, plan, loader, time.perf_counter() - started)

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
-import logging
 from pathlib import Path
 
 from eagle3_quant.quantize.plan import QuantPlan
-from eagle3_quant.quantize.quark_import import import_quark
+from eagle3_quant.quantize.quark_import import import_quark, quark_quiet
 
 from eagle3_quant.draft import DraftCheckpoint
 from eagle3_quant.errors import QuantizationError
@@ -17,18 +14,20 @@ from eagle3_quant.outdir import scratch_beside
 from eagle3_quant.schemes import Scheme, TensorQuantSpec
 
 
-def _spec(spec: TensorQuantSpec):
+def _spec(spec: TensorQuantSpec, scale_type: str | None):
     from quark.torch.quantization.config.config import FP8E4M3PerChannelSpec, FP8E4M3PerTensorSpec
 
+    extra = {"scale_type": scale_type} if scale_type else {}
     if spec.granularity == "per_channel":
-        return FP8E4M3PerChannelSpec(ch_axis=spec.ch_axis, is_dynamic=spec.dynamic).to_quantization_spec()
-    return FP8E4M3PerTensorSpec(observer_method="min_max", is_dynamic=spec.dynamic).to_quantization_spec()
+        return FP8E4M3PerChannelSpec(ch_axis=spec.ch_axis, is_dynamic=spec.dynamic, **extra).to_quantization_spec()
+    return FP8E4M3PerTensorSpec(observer_method="min_max", is_dynamic=spec.dynamic, **extra).to_quantization_spec()
 
 
-def quark_config(scheme: Scheme, exclude_modules: list[str]):
+def quark_config(scheme: Scheme, exclude_modules: list[str], scale_type: str | None = None):
+    """`scale_type` None keeps Quark's default (file-to-file writes fp32 scales; in-memory, the model dtype)."""
     from quark.torch.quantization.config.config import QConfig, QLayerConfig
 
-    layer = QLayerConfig(weight=_spec(scheme.weight), input_tensors=_spec(scheme.input))
+    layer = QLayerConfig(weight=_spec(scheme.weight, scale_type), input_tensors=_spec(scheme.input, scale_type))
     return QConfig(global_quant_config=layer, exclude=exclude_modules)
 
 
@@ -69,16 +68,10 @@ def run_file_to_file(draft: DraftCheckpoint, plan: QuantPlan, out: Path, device:
     ModelQuantizer = import_quark(verbose).ModelQuantizer
     config = quark_config(plan.scheme, quark_exclude_modules(draft, plan))
     quantizer = ModelQuantizer(config)
-    sink = contextlib.nullcontext() if verbose else contextlib.redirect_stdout(io.StringIO())
-    previous = logging.root.manager.disable
     try:
-        if not verbose:
-            logging.disable(logging.INFO)
-        with sink, scratch_beside(out, "input") as view:
+        with quark_quiet(verbose), scratch_beside(out, "input") as view:
             quantizer.direct_quantize_checkpoint(pretrained_model_path=str(link_checked_files(draft, view)),
                                                  save_path=str(out), device=device)
     except Exception as exc:  # Quark raises many types; surface one typed error naming the source
         raise QuantizationError(f"Quark file-to-file quantization failed: {exc}", path=draft.path) from exc
-    finally:
-        logging.disable(previous)
     sort_index(out)

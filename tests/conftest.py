@@ -10,6 +10,17 @@ from eagle3_quant.formats import DraftFormat
 from eagle3_quant.synthetic import write_synthetic_draft
 
 
+def load_tensors(folder: Path) -> dict:
+    """Every tensor of every safetensors file in `folder`, by name."""
+    from safetensors import safe_open
+
+    tensors = {}
+    for file in sorted(folder.glob("*.safetensors")):
+        with safe_open(str(file), framework="pt") as fh:
+            tensors.update({k: fh.get_tensor(k) for k in fh.keys()})
+    return tensors
+
+
 def folder_hashes(folder: Path) -> dict[str, str]:
     return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(folder.rglob("*")) if p.is_file()}

@@ -4,9 +4,8 @@ import json
 
 import pytest
 import torch
-from conftest import folder_hashes
+from conftest import folder_hashes, load_tensors
 from eagle3_quant.quantize.api import quantize_draft
-from safetensors import safe_open
 
 from eagle3_quant.errors import OutputExistsError, SchemeError
 from eagle3_quant.formats import DraftFormat
@@ -15,19 +14,11 @@ from eagle3_quant.hashing import sha256_file
 pytestmark = pytest.mark.slow
 
 
-def load_all(folder):
-    tensors = {}
-    for file in sorted(folder.glob("*.safetensors")):
-        with safe_open(str(file), framework="pt") as fh:
-            tensors.update({k: fh.get_tensor(k) for k in fh.keys()})
-    return tensors
-
-
 @pytest.mark.parametrize("fmt", list(DraftFormat))
 @pytest.mark.parametrize("shards", [1, 3])
 def test_ptpc_output_dtypes_scales_and_error(quantized_tiny, fmt, shards):
     src, out = quantized_tiny(fmt, shards)
-    before, after = load_all(src), load_all(out)
+    before, after = load_tensors(src), load_tensors(out)
     p = fmt.layer_prefix
     quantized = [p + m for m in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
                                  "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")]
@@ -82,7 +73,7 @@ def test_extra_exclusions_quantize_fc_and_source_untouched(make_draft, tmp_path)
                             quantize_fc=True)
     assert folder_hashes(src) == before
     assert {d.role for d in result.plan.excluded} == {"o_proj", "gate_proj", "up_proj", "lm_head"}
-    tensors = load_all(tmp_path / "out")
+    tensors = load_tensors(tmp_path / "out")
     assert tensors["fc.weight"].dtype == torch.float8_e4m3fn
     assert tensors["layers.0.self_attn.o_proj.weight"].dtype == torch.bfloat16
     assert tensors["layers.0.mlp.down_proj.weight"].dtype == torch.float8_e4m3fn

@@ -23,31 +23,38 @@ MIN_SCALE = 1.0 / (FP8_MAX * 512.0)           # vLLM's floor for dynamic scales 
 ALIGNMENT = 16                                # K and N must be multiples of this for CUDA/ROCm _scaled_mm
 
 
-def per_token_scale(x: torch.Tensor) -> torch.Tensor:
+def fp8_max(dtype: torch.dtype = FP8_DTYPE) -> float:
+    return FP8_FNUZ_MAX if dtype == torch.float8_e4m3fnuz else FP8_MAX
+
+
+def per_token_scale(x: torch.Tensor, dtype: torch.dtype = FP8_DTYPE) -> torch.Tensor:
     """fp32 [M, 1] scales of a 2-D activation, one per row (token)."""
     _require_2d(x, "x")
+    top = fp8_max(dtype)
     rowmax = x.abs().amax(dim=-1, keepdim=True).to(torch.float32)
-    return (rowmax / FP8_MAX).clamp(min=MIN_SCALE)
+    return (rowmax / top).clamp(min=1.0 / (top * 512.0))
 
 
-def quantize_with_scale(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """``clamp(x / scale)`` to float8_e4m3fn; `scale` is fp32 and broadcasts against `x` ([M,1], [1] or [])."""
+def quantize_with_scale(x: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype = FP8_DTYPE) -> torch.Tensor:
+    """``clamp(x / scale)`` to FP8 `dtype`; `scale` is fp32 and broadcasts against `x` ([M,1], [1] or [])."""
     if scale.dtype != torch.float32:
         raise Fp8LayoutError(f"scale must be float32, got {scale.dtype}", field="scale")
+    top = fp8_max(dtype)
     q = x.to(torch.float32) * scale.reciprocal()
-    return q.clamp(-FP8_MAX, FP8_MAX).to(FP8_DTYPE)
+    return q.clamp(-top, top).to(dtype)
 
 
-def quantize_per_token(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def quantize_per_token(x: torch.Tensor, dtype: torch.dtype = FP8_DTYPE) -> tuple[torch.Tensor, torch.Tensor]:
     """Dynamic per-token FP8: (x_fp8 [M, K], scale fp32 [M, 1])."""
-    scale = per_token_scale(x)
-    return quantize_with_scale(x, scale), scale
+    scale = per_token_scale(x, dtype)
+    return quantize_with_scale(x, scale, dtype), scale
 
 
-def quantize_static(x: torch.Tensor, input_scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def quantize_static(x: torch.Tensor, input_scale: torch.Tensor, dtype: torch.dtype = FP8_DTYPE,
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
     """Static per-tensor FP8 with a calibrated scale: (x_fp8 [M, K], scale fp32 [] scalar)."""
     scale = _scalar(input_scale, "input_scale")
-    return quantize_with_scale(x, scale), scale
+    return quantize_with_scale(x, scale, dtype), scale
 
 
 def quantize_weight_per_channel(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

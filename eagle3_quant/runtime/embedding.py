@@ -1,0 +1,65 @@
+"""The token embedding a draft borrows from its target when its checkpoint holds none."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+
+from eagle3_quant.checkpoint import read_checkpoint
+from eagle3_quant.errors import DraftFormatError
+from eagle3_quant.source import REPO_ID
+
+EMBEDDING_SUFFIX = "embed_tokens.weight"
+PREFERRED = ("model.embed_tokens.weight", "embed_tokens.weight", "model.language_model.embed_tokens.weight")
+
+
+def _pick(names: list[str], where: Path) -> str:
+    for name in PREFERRED:
+        if name in names:
+            return name
+    found = sorted(n for n in names if n.endswith(EMBEDDING_SUFFIX) and "mtp" not in n)
+    if not found:
+        raise DraftFormatError(f"no '*{EMBEDDING_SUFFIX}' tensor in the target checkpoint", path=where,
+                               tensor="model.embed_tokens.weight")
+    return found[0]
+
+
+def read_target_embedding(target: str | Path, revision: str | None = None) -> torch.Tensor:
+    """`model.embed_tokens.weight` of a target: a local folder (reads one tensor, not the model) or a Hub id
+    (downloads the shard index and the one shard holding the embedding)."""
+    folder = Path(target).expanduser()
+    if folder.is_dir():
+        checkpoint = read_checkpoint(folder)
+        name = _pick(list(checkpoint.tensors), folder)
+        file = checkpoint.tensors[name].file
+    elif REPO_ID.match(str(target)):
+        file, name = _fetch_embedding_shard(str(target), revision)
+    else:
+        raise DraftFormatError("no such folder, and not a Hub repo id (ORG/NAME)", path=target)
+    with safe_open(str(file), framework="pt") as fh:
+        return fh.get_tensor(name)
+
+
+def _fetch_embedding_shard(repo_id: str, revision: str | None) -> tuple[Path, str]:
+    from huggingface_hub import hf_hub_download, list_repo_files
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError
+
+    try:
+        files = list_repo_files(repo_id, revision=revision)
+        index = next((f for f in files if f.endswith(".safetensors.index.json")), None)
+        if index is None:
+            shard = next(f for f in files if f.endswith(".safetensors"))
+            path = Path(hf_hub_download(repo_id, shard, revision=revision))
+            with safe_open(str(path), framework="pt") as fh:
+                return path, _pick(list(fh.keys()), path)
+        index_path = Path(hf_hub_download(repo_id, index, revision=revision))
+        weight_map = json.loads(index_path.read_text())["weight_map"]
+        name = _pick(list(weight_map), index_path)
+        return Path(hf_hub_download(repo_id, weight_map[name], revision=revision)), name
+    except (RepositoryNotFoundError, LocalEntryNotFoundError, HfHubHTTPError, OSError, StopIteration,
+            KeyError) as exc:
+        raise DraftFormatError(f"cannot fetch the target's embedding from the Hub ({exc})", path=repo_id,
+                               hint="pass the target's local folder") from exc

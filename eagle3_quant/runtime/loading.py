@@ -1,0 +1,172 @@
+"""`load_draft`: any of the three float formats, or an FP8 checkpoint this project wrote, into an Eagle3Draft."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+
+from eagle3_quant.checkpoint import Checkpoint, read_checkpoint
+from eagle3_quant.config import DraftConfig, load_config_file, parse_config
+from eagle3_quant.errors import DraftFormatError
+from eagle3_quant.formats import detect_format
+from eagle3_quant.layout import EMBEDDING_NAMES, FUSED_GROUPS, build_layout
+from eagle3_quant.runtime.embedding import read_target_embedding
+from eagle3_quant.runtime.fp8_linear import FP8_MODES, Fp8Linear, harmonize_fused, to_fnuz
+from eagle3_quant.runtime.model import Eagle3Draft
+from eagle3_quant.runtime.spec import resolve_spec
+from eagle3_quant.safetensors_header import TensorInfo
+from eagle3_quant.source import resolve_source
+
+DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+# Tensors some exporters leave behind that no serving engine reads.
+IGNORED = ("verifier_lm_head.weight", "verifier_norm.weight")
+
+
+def _fp8_modules(tensors: dict[str, TensorInfo], where: Path) -> dict[str, bool]:
+    """Module -> has a static input_scale, for every FP8 weight; checks dtypes and scale shapes."""
+    modules = {}
+    for name, info in tensors.items():
+        if info.dtype != "F8_E4M3":
+            continue
+        if not name.endswith(".weight") or len(info.shape) != 2:
+            raise DraftFormatError(f"FP8 tensor {list(info.shape)} is not a linear weight", path=where, tensor=name)
+        module = name.removesuffix(".weight")
+        scale = tensors.get(module + ".weight_scale")
+        if scale is None:
+            raise DraftFormatError("FP8 weight without weight_scale", path=where, tensor=name)
+        if scale.dtype != "F32" or scale.shape not in ((info.shape[0],), (1,), ()):
+            raise DraftFormatError(f"weight_scale must be F32 [{info.shape[0]}] or [1], got {scale.dtype} "
+                                   f"{list(scale.shape)}", path=where, tensor=module + ".weight_scale")
+        inp = tensors.get(module + ".input_scale")
+        if inp is not None and (inp.dtype != "F32" or inp.shape not in ((1,), ())):
+            raise DraftFormatError(f"input_scale must be F32 [1], got {inp.dtype} {list(inp.shape)}", path=where,
+                                   tensor=module + ".input_scale")
+        modules[module] = inp is not None
+    orphans = [n for n in tensors if n.endswith((".weight_scale", ".input_scale"))
+               and n.rsplit(".", 1)[0] not in modules]
+    if orphans:
+        raise DraftFormatError("scale without an FP8 weight", path=where, tensor=orphans[0])
+    return modules
+
+
+def _float_view(tensors: dict[str, TensorInfo], fp8: dict[str, bool]) -> dict[str, TensorInfo]:
+    """The checkpoint as if it were the BF16 source, so the shared layout checks apply unchanged."""
+    view = {}
+    for name, info in tensors.items():
+        module, _, suffix = name.rpartition(".")
+        if module in fp8 and suffix in ("weight_scale", "input_scale"):
+            continue
+        view[name] = dataclasses.replace(info, dtype="BF16") if info.dtype == "F8_E4M3" else info
+    return view
+
+
+def _check_static_config(cfg: DraftConfig, fp8: dict[str, bool], where: Path) -> None:
+    qc = cfg.raw.get("quantization_config")
+    inputs = (qc or {}).get("global_quant_config", {}).get("input_tensors") if isinstance(qc, dict) else None
+    if isinstance(inputs, dict) and inputs.get("is_dynamic") is False:
+        missing = sorted(m for m, static in fp8.items() if not static)
+        if missing:
+            raise DraftFormatError("config declares static input scales but the checkpoint has no input_scale",
+                                   path=where, tensor=missing[0] + ".input_scale")
+
+
+def _read_tensors(checkpoint: Checkpoint, names: set[str]) -> dict[str, torch.Tensor]:
+    by_file: dict[Path, list[str]] = {}
+    for name in names:
+        by_file.setdefault(checkpoint.tensors[name].file, []).append(name)
+    out = {}
+    for file, file_names in by_file.items():
+        with safe_open(str(file), framework="pt") as fh:
+            out.update({n: fh.get_tensor(n) for n in file_names})
+    return out
+
+
+def _place_fp8(draft: Eagle3Draft, state: dict[str, torch.Tensor], fp8: dict[str, bool], mode: str,
+               dtype: torch.dtype) -> None:
+    for module in fp8:
+        parent_name, _, child = module.rpartition(".")
+        parent = draft.get_submodule(parent_name) if parent_name else draft
+        bias = state.pop(module + ".bias", None)
+        layer = Fp8Linear(state.pop(module + ".weight"), state.pop(module + ".weight_scale"),
+                          state.pop(module + ".input_scale", None),
+                          bias.to(dtype) if bias is not None else None, mode)
+        setattr(parent, child, layer)
+    prefix = draft.spec.layer_prefix
+    for fused, roles in FUSED_GROUPS.items():
+        part = "self_attn" if fused == "qkv_proj" else "mlp"
+        names = [f"{prefix}{part}.{role}" for role in roles]
+        quantized = [n in fp8 for n in names]
+        if any(quantized) and not all(quantized):
+            raise DraftFormatError(f"vLLM fuses {', '.join(roles)}: they must all be FP8 or all float",
+                                   tensor=names[quantized.index(False)] + ".weight")
+        if all(quantized):
+            harmonize_fused([draft.get_submodule(n) for n in names])
+
+
+def _on_gfx942(device: torch.device) -> bool:
+    if device.type != "cuda" or not torch.version.hip:
+        return False
+    return torch.cuda.get_device_properties(device).gcnArchName.startswith("gfx942")
+
+
+def load_draft(path: str | Path, device: str | torch.device | None = None, dtype: torch.dtype | None = None,
+               embedding: torch.Tensor | str | Path | None = None, *, fp8_mode: str = "scaled_mm",
+               revision: str | None = None) -> Eagle3Draft:
+    """Load a draft folder (or Hub id) in any of the three formats, float or FP8 (weight + weight_scale,
+    optional input_scale). `dtype` defaults to the config's torch_dtype; `embedding` (a [V, H] tensor or
+    the target's folder / Hub id) supplies the token embedding when the checkpoint has none."""
+    if fp8_mode not in FP8_MODES:
+        raise ValueError(f"fp8_mode must be one of {', '.join(FP8_MODES)}, got {fp8_mode!r}")
+    source = resolve_source(path, revision)
+    where = source.path
+    raw = load_config_file(where / "config.json")
+    checkpoint = read_checkpoint(where)
+    fmt = detect_format(checkpoint.tensors, raw, str(where))
+    cfg = parse_config(raw, fmt, where / "config.json")
+    fp8 = _fp8_modules(checkpoint.tensors, where)
+    _check_static_config(cfg, fp8, where)
+    float_cfg = dataclasses.replace(cfg, raw={k: v for k, v in raw.items() if k != "quantization_config"})
+    layout = build_layout(fmt, float_cfg, _float_view(checkpoint.tensors, fp8), str(where))
+    spec = resolve_spec(cfg, fmt)
+    dtype = dtype or DTYPES.get(cfg.torch_dtype, torch.bfloat16)
+
+    embedding_name = next((n for n in EMBEDDING_NAMES if n in checkpoint.tensors), None)
+    has_maps = "d2t" in checkpoint.tensors
+    if not has_maps and cfg.draft_vocab_size != cfg.vocab_size:
+        raise DraftFormatError(f"draft vocab {cfg.draft_vocab_size} differs from target vocab {cfg.vocab_size} "
+                               "but there is no d2t map", path=where, tensor="d2t")
+    with torch.device("meta"):
+        draft = Eagle3Draft(spec, dtype, embedding_name=embedding_name, vocab_maps=has_maps)
+    wanted = set(draft.state_dict()) | {f"{m}.{s}" for m in fp8 for s in ("weight_scale", "input_scale")}
+    skipped = {"input_norm.weight"} if not spec.norm_before_fc else set()  # vLLM skips it too
+    unexpected = sorted(set(checkpoint.tensors) - wanted - set(IGNORED) - skipped)
+    if unexpected:
+        raise DraftFormatError(f"tensors this draft's config does not use: {', '.join(unexpected[:5])}",
+                               path=where, hint="check norm_before_fc / fc_norm / attention_bias in config.json")
+    state = _read_tensors(checkpoint, set(checkpoint.tensors) & wanted)
+    if has_maps and "t2d" not in state:
+        t2d = torch.zeros(cfg.vocab_size, dtype=torch.bool)
+        t2d[torch.arange(cfg.draft_vocab_size) + state["d2t"]] = True
+        state["t2d"] = t2d
+    _place_fp8(draft, state, fp8, fp8_mode, dtype)
+    state = {n: t.to(dtype) if t.is_floating_point() else t for n, t in state.items()}
+    missing = sorted(set(draft.state_dict()) - set(state) - {n for n in draft.state_dict() if n.startswith(
+        tuple(fp8))})
+    if missing:
+        raise DraftFormatError(f"missing from the checkpoint: {', '.join(missing[:5])}", path=where)
+    draft.load_state_dict(state, strict=False, assign=True)
+    device = torch.device(device) if device is not None else torch.device("cpu")
+    draft.to(device)
+    if embedding is not None:
+        weight = embedding if isinstance(embedding, torch.Tensor) else read_target_embedding(embedding)
+        draft.set_embedding(weight)
+    if fp8 and fp8_mode == "scaled_mm" and _on_gfx942(device):
+        for module in draft.modules():
+            if isinstance(module, Fp8Linear):
+                to_fnuz(module)
+    draft.source = source
+    draft.layout = layout
+    return draft.eval()

@@ -1,0 +1,36 @@
+"""A tiny target embedding and a calibration set built in code, for static FP8 and sensitivity tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from eagle3_quant.calib.format import CalibrationInfo, CalibrationSample, CalibrationWriter
+from safetensors.torch import save_file
+
+
+def write_target(folder: Path, vocab: int = 512, hidden: int = 64, seed: int = 0) -> Path:
+    """A target checkpoint folder holding what a draft borrows: model.embed_tokens.weight (plus one other)."""
+    gen = torch.Generator().manual_seed(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file({"model.embed_tokens.weight": (torch.randn(vocab, hidden, generator=gen) * 0.5).to(torch.bfloat16),
+               "model.norm.weight": torch.ones(hidden, dtype=torch.bfloat16)}, folder / "model.safetensors")
+    return folder
+
+
+def write_calibration(folder: Path, target: Path, *, samples: int = 6, seq_len: int = 24, vocab: int = 512,
+                      target_hidden: int = 64, seed: int = 0, outlier_scale: float = 8.0) -> Path:
+    """Random aux states with a few large channels (like real hidden states) and random token ids."""
+    gen = torch.Generator().manual_seed(seed)
+    outliers = torch.randperm(3 * target_hidden, generator=gen)[:6]
+    info = CalibrationInfo(target=str(target), aux_layer_ids=(1, 2, 3), target_hidden_size=target_hidden,
+                           source="tests")
+    writer = CalibrationWriter(folder, info, shard_samples=4)
+    for i in range(samples):
+        length = seq_len - (i % 3)
+        aux = torch.randn(length, 3 * target_hidden, generator=gen)
+        aux[:, outliers] *= outlier_scale
+        ids = torch.randint(0, vocab, (length,), generator=gen)
+        writer.add(CalibrationSample(ids, aux.to(torch.bfloat16), torch.roll(ids, -1)))
+    writer.flush()
+    return folder

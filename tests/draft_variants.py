@@ -1,0 +1,150 @@
+"""Tiny Eagle3 draft checkpoints for every architecture variant the runtime supports, and an
+independent straightforward float64 reference forward to compare the runtime with."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+from transformers import LlamaConfig
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+from eagle3_quant.formats import DraftFormat
+from eagle3_quant.synthetic import SHAPES, DraftShape, synthetic_config, synthetic_tensors
+
+TINY = SHAPES["tiny"]   # hidden 64, intermediate 160, 4 heads, 2 KV heads, head_dim 16, vocab 512, draft vocab 256
+
+
+def _norms(shape: DraftShape, gen: torch.Generator, names: dict[str, int]) -> dict[str, torch.Tensor]:
+    return {n: (1.0 + 0.2 * torch.randn(size, generator=gen)).to(torch.bfloat16) for n, size in names.items()}
+
+
+def _bias(shape: DraftShape, gen: torch.Generator) -> dict[str, torch.Tensor]:
+    q, kv = shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim
+    sizes = {"q_proj": q, "k_proj": kv, "v_proj": kv, "o_proj": shape.hidden}
+    return {f"midlayer.self_attn.{r}.bias": (0.1 * torch.randn(n, generator=gen)).to(torch.bfloat16)
+            for r, n in sizes.items()}
+
+
+VARIANTS: dict[str, dict] = {
+    "specforge": {},
+    "eagle-default-theta": {"fmt": DraftFormat.EAGLE},
+    "speculators": {"fmt": DraftFormat.SPECULATORS},
+    "speculators-nbr-default": {"fmt": DraftFormat.SPECULATORS, "drop_top": ["norm_before_residual"]},
+    "head-dim-32": {"shape": DraftShape(64, 160, 4, 2, 32, 512, 256, target_layers=8)},
+    "mha": {"shape": DraftShape(64, 96, 4, 4, 16, 512, 512, target_layers=8)},
+    "target-hidden-48": {"shape": DraftShape(64, 160, 4, 2, 16, 512, 256, target_hidden=48, target_layers=8)},
+    "llama3-rope": {"layer": {"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                               "high_freq_factor": 4.0, "original_max_position_embeddings": 64}}},
+    "yarn-rope": {"layer": {"rope_theta": 10000.0, "rope_scaling": {
+        "rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32}}},
+    "linear-rope": {"layer": {"rope_scaling": {"type": "linear", "factor": 2.0}}},
+    "norm-before-residual": {"top": {"norm_before_residual": True}},
+    "fc-norm-norm-output": {"top": {"fc_norm": True, "norm_output": True},
+                            "tensors": lambda s, g: _norms(s, g, {f"fc_norm.{i}.weight": s.target_hidden or s.hidden
+                                                                   for i in range(3)})},
+    "norm-before-fc": {"top": {"norm_before_fc": True},
+                       "tensors": lambda s, g: _norms(s, g, {"input_norm.weight": 3 * (s.target_hidden or s.hidden)})},
+    "with-embedding": {"shape": DraftShape(64, 160, 4, 2, 16, 512, 256, with_embedding=True, target_layers=8)},
+    "attention-bias": {"layer": {"attention_bias": True}, "tensors": _bias},
+}
+
+
+def write_variant(folder: Path, name: str, seed: int = 0) -> Path:
+    v = VARIANTS[name]
+    shape, fmt = v.get("shape", TINY), v.get("fmt", DraftFormat.SPECFORGE)
+    gen = torch.Generator().manual_seed(seed + 1000)
+    tensors = synthetic_tensors(shape, fmt, seed, torch.float16 if fmt is DraftFormat.EAGLE else torch.bfloat16)
+    # norms near 1 hide norm bugs; spread them out
+    for n in [n for n in tensors if n.endswith("norm.weight")]:
+        tensors[n] = (1.0 + 0.2 * torch.randn(tensors[n].shape, generator=gen)).to(tensors[n].dtype)
+    tensors.update(v["tensors"](shape, gen) if "tensors" in v else {})
+    config = synthetic_config(shape, fmt)
+    layer = config["transformer_layer_config"] if fmt is DraftFormat.SPECULATORS else config
+    layer.update(v.get("layer", {}))
+    config.update(v.get("top", {}))
+    for key in v.get("drop_top", []):
+        config.pop(key)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(config, indent=2))
+    save_file(tensors, folder / "model.safetensors")
+    return folder
+
+
+# ---- independent reference -------------------------------------------------------------------------
+
+def _rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    return w * x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps)
+
+
+def _inv_freq(layer: dict, head_dim: int, hidden: int, heads: int) -> tuple[torch.Tensor, float]:
+    theta = layer.get("rope_theta", 10000.0)
+    scaling = dict(layer.get("rope_scaling") or {})
+    kind = scaling.pop("rope_type", None) or scaling.pop("type", "default")
+    if kind == "default":
+        return 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim), 1.0
+    config = LlamaConfig(hidden_size=hidden, num_attention_heads=heads, head_dim=head_dim,
+                         max_position_embeddings=layer["max_position_embeddings"],
+                         rope_parameters={"rope_type": kind, "rope_theta": theta, **scaling})
+    inv, factor = ROPE_INIT_FUNCTIONS[kind](config, "cpu")
+    return inv.to(torch.float64), factor
+
+
+def _rotate(x: torch.Tensor, angles: torch.Tensor, factor: float) -> torch.Tensor:
+    """RoPE as a complex rotation of the pairs (i, i + D/2)."""
+    half = x.shape[-1] // 2
+    z = torch.complex(x[..., :half], x[..., half:]) * torch.polar(torch.full_like(angles, factor), angles)
+    return torch.cat([z.real, z.imag], dim=-1)
+
+
+def reference_forward(folder: Path, input_ids: torch.Tensor, aux: torch.Tensor,
+                      embedding: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """float64 logits [T, V_draft] and fed-back hidden [T, H] of one sequence, positions 0..T-1."""
+    raw = json.loads((folder / "config.json").read_text())
+    layer = raw.get("transformer_layer_config", raw)
+    w = {k: v.to(torch.float64) if v.is_floating_point() else v for k, v in load_file(folder / "model.safetensors")
+         .items()}
+    p = "layers.0." if "transformer_layer_config" in raw else "midlayer."
+    eps, heads, kv_heads, head_dim = layer["rms_norm_eps"], layer["num_attention_heads"], \
+        layer["num_key_value_heads"], layer["head_dim"]
+    nbr = raw.get("norm_before_residual", "transformer_layer_config" in raw)
+
+    x = aux.to(torch.float64)
+    if raw.get("norm_before_fc"):
+        x = _rms(x, w["input_norm.weight"], eps)
+    if raw.get("fc_norm"):
+        parts = x.chunk(3, dim=-1)
+        x = torch.cat([_rms(parts[i], w[f"fc_norm.{i}.weight"], eps) for i in range(3)], dim=-1)
+    h = x @ w["fc.weight"].T
+    emb = embedding.to(torch.float64) if embedding is not None else w["embed_tokens.weight"]
+    e = emb[input_ids]
+    hn = _rms(h, w[p + "hidden_norm.weight"], eps)
+    residual = hn if nbr else h
+    inp = torch.cat([_rms(e, w[p + "input_layernorm.weight"], eps), hn], dim=-1)
+
+    def lin(name: str, v: torch.Tensor) -> torch.Tensor:
+        out = v @ w[p + name + ".weight"].T
+        return out + w[p + name + ".bias"] if p + name + ".bias" in w else out
+
+    q, k, v = lin("self_attn.q_proj", inp), lin("self_attn.k_proj", inp), lin("self_attn.v_proj", inp)
+    inv, factor = _inv_freq(layer, head_dim, layer["hidden_size"], heads)
+    t = input_ids.shape[0]
+    angles = torch.arange(t, dtype=torch.float64)[:, None] * inv[None, :]
+    outs = []
+    for head in range(heads):
+        kvh = head // (heads // kv_heads)
+        qh = _rotate(q[:, head * head_dim:(head + 1) * head_dim], angles, factor)
+        kh = _rotate(k[:, kvh * head_dim:(kvh + 1) * head_dim], angles, factor)
+        vh = v[:, kvh * head_dim:(kvh + 1) * head_dim]
+        scores = qh @ kh.T / math.sqrt(head_dim)
+        scores = scores + torch.triu(torch.full((t, t), float("-inf"), dtype=torch.float64), diagonal=1)
+        outs.append(torch.softmax(scores, dim=-1) @ vh)
+    h = residual + lin("self_attn.o_proj", torch.cat(outs, dim=-1))
+    m = _rms(h, w[p + "post_attention_layernorm.weight"], eps)
+    gate, up = m @ w[p + "mlp.gate_proj.weight"].T, m @ w[p + "mlp.up_proj.weight"].T
+    h = h + (gate * torch.sigmoid(gate) * up) @ w[p + "mlp.down_proj.weight"].T
+    normed = _rms(h, w["norm.weight"], eps)
+    return normed @ w["lm_head.weight"].T, normed if raw.get("norm_output") else h
