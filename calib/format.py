@@ -2,7 +2,7 @@
 
 Folder layout::
 
-    CAL/calib.json                 index: format, version, info, shards (written after each shard: resumable)
+    CAL/calib.json                 index: format, version, info, shards, complete (written after each shard)
     CAL/shard-00000.safetensors    per sample i: input_ids.{i} int64 [T],
                                    aux_hidden_states.{i} bf16/fp16/fp32 [T, 3*H_target],
                                    target_next_ids.{i} int64 [T]
@@ -11,8 +11,18 @@ Alignment (the Eagle3 convention vLLM uses): ``aux_hidden_states[t]`` are the ta
 position t (after reading tokens 0..t) at the draft's three layer taps, concatenated low/mid/high;
 ``target_next_ids[t]`` is the target's greedy (argmax) prediction for position t+1. A draft step at
 position t reads ``aux_hidden_states[t]`` and the embedding of ``input_ids[t+1]`` and predicts the token
-at t+2, to be compared with ``target_next_ids[t+1]``. Where a sample is the target's own greedy
-continuation, ``input_ids[t+1] == target_next_ids[t]``; ``generated_from`` gives the first such position.
+at t+2, to be compared with ``target_next_ids[t+1]``. ``generated_from`` (or None) is the index in
+``input_ids`` of the first token the target generated itself (the prompt length): from there on the
+sample is the target's own greedy continuation, ``input_ids[t+1] == target_next_ids[t]`` for every
+``t >= generated_from - 1``.
+
+``info.aux_layer_ids`` are transformers ``output_hidden_states`` indices: k is the input of decoder layer k
+(0 = the embeddings), the count EAGLE, vLLM and speculators use.
+
+Each shard is written to a temporary name and renamed, then the index is replaced atomically, so a killed
+writer leaves an index that lists only whole shards. A writer opened with ``mark_incomplete=True`` (what
+``calibrate`` does) writes ``complete: false`` until ``close()``; ``load_calibration`` refuses an incomplete set
+unless asked. An index without the key is complete.
 """
 
 from __future__ import annotations
@@ -31,6 +41,7 @@ from eagle3_quant.errors import DraftFormatError
 CALIB_FORMAT = "eagle3-quant-calibration"
 CALIB_VERSION = 1
 INDEX_NAME = "calib.json"
+STATE_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 
 @dataclass(frozen=True)
@@ -42,6 +53,13 @@ class CalibrationInfo:
     source: str = ""                  # dataset or engine that produced the prompts / states
     extra: dict = field(default_factory=dict)
 
+    def differences(self, other: CalibrationInfo) -> list[str]:
+        """Names of the fields (``extra.KEY`` for options) whose values differ."""
+        mine, theirs = _jsonable(asdict(self)), _jsonable(asdict(other))
+        diffs = [k for k in mine if k != "extra" and mine[k] != theirs[k]]
+        keys = sorted(set(mine["extra"]) | set(theirs["extra"]))
+        return diffs + [f"extra.{k}" for k in keys if mine["extra"].get(k) != theirs["extra"].get(k)]
+
 
 @dataclass(frozen=True)
 class CalibrationSample:
@@ -50,12 +68,33 @@ class CalibrationSample:
     target_next_ids: torch.Tensor    # int64 [T]
     generated_from: int | None = None
 
+    def check(self, hidden_size: int, where: str) -> None:
+        """Shapes and dtypes as the format says; the error names the sample."""
+        t = self.input_ids.shape[0] if self.input_ids.dim() == 1 else -1
+        problems = []
+        if self.input_ids.dim() != 1 or self.input_ids.dtype.is_floating_point:
+            problems.append(f"input_ids must be an integer vector, got {self.input_ids.dtype} "
+                            f"{tuple(self.input_ids.shape)}")
+        if tuple(self.aux_hidden_states.shape) != (t, 3 * hidden_size):
+            problems.append(f"aux_hidden_states shape {tuple(self.aux_hidden_states.shape)}, expected ({t}, "
+                            f"{3 * hidden_size})")
+        elif not self.aux_hidden_states.dtype.is_floating_point:
+            problems.append(f"aux_hidden_states dtype {self.aux_hidden_states.dtype} is not a float type")
+        if tuple(self.target_next_ids.shape) != (t,) or self.target_next_ids.dtype.is_floating_point:
+            problems.append(f"target_next_ids must be an integer vector of length {t}, got "
+                            f"{self.target_next_ids.dtype} {tuple(self.target_next_ids.shape)}")
+        if self.generated_from is not None and not 0 < self.generated_from <= t:
+            problems.append(f"generated_from {self.generated_from} outside 1..{t}")
+        if problems:
+            raise DraftFormatError("; ".join(problems), path=where)
+
 
 @dataclass(frozen=True)
 class CalibrationSet:
     path: Path
     info: CalibrationInfo
     shards: tuple[dict, ...]
+    complete: bool = True
 
     @property
     def num_samples(self) -> int:
@@ -73,54 +112,92 @@ class CalibrationSet:
                                             fh.get_tensor(f"target_next_ids.{i}"), generated_from)
 
 
-def load_calibration(path: str | Path) -> CalibrationSet:
+def load_calibration(path: str | Path, *, allow_partial: bool = False) -> CalibrationSet:
     path = Path(path)
     index_path = path / INDEX_NAME
     try:
         index = json.loads(index_path.read_text())
     except (OSError, json.JSONDecodeError) as exc:
         raise DraftFormatError(f"not a calibration set ({exc})", path=index_path) from exc
-    if index.get("format") != CALIB_FORMAT or index.get("version") != CALIB_VERSION:
+    if not isinstance(index, dict) or index.get("format") != CALIB_FORMAT or index.get("version") != CALIB_VERSION:
         raise DraftFormatError(f"expected format {CALIB_FORMAT!r} version {CALIB_VERSION}", path=index_path,
                                field="format")
-    info = index["info"]
-    info["aux_layer_ids"] = tuple(info["aux_layer_ids"])
-    return CalibrationSet(path, CalibrationInfo(**info), tuple(index["shards"]))
+    try:
+        info = dict(index["info"])
+        info["aux_layer_ids"] = tuple(info["aux_layer_ids"])
+        calib = CalibrationSet(path, CalibrationInfo(**info), tuple(index["shards"]), bool(index.get("complete", True)))
+    except (KeyError, TypeError) as exc:
+        raise DraftFormatError(f"malformed index ({exc!r})", path=index_path) from exc
+    if not calib.complete and not allow_partial:
+        raise DraftFormatError("this calibration set is incomplete (its writer has not finished or was killed)",
+                               path=path, hint="re-run the same calibrate command to finish it")
+    return calib
 
 
 class CalibrationWriter:
-    """Append samples; every `shard_samples` samples a shard and the index are written (resumable)."""
+    """Append samples; a shard and the index are written every `shard_samples` samples or once the pending
+    samples reach `shard_bytes` (resumable). With `mark_incomplete` the index says ``complete: false`` until
+    `close()`; without it every flush leaves a loadable set."""
 
-    def __init__(self, path: Path, info: CalibrationInfo, shard_samples: int = 64) -> None:
-        self.path, self.info, self.shard_samples = Path(path), info, shard_samples
+    def __init__(self, path: Path, info: CalibrationInfo, shard_samples: int = 64,
+                 shard_bytes: int | None = None, *, mark_incomplete: bool = False) -> None:
+        self.path, self.info, self.shard_samples, self.shard_bytes = Path(path), info, shard_samples, shard_bytes
+        self.mark_incomplete = mark_incomplete
         self.path.mkdir(parents=True, exist_ok=True)
-        existing = load_calibration(self.path) if (self.path / INDEX_NAME).exists() else None
+        existing = load_calibration(self.path, allow_partial=True) if (self.path / INDEX_NAME).exists() else None
         self.shards = list(existing.shards) if existing else []
         self.count = existing.num_samples if existing else 0
         self._pending: list[tuple[int, CalibrationSample]] = []
+        self._pending_bytes = 0
 
     def add(self, sample: CalibrationSample) -> None:
         self._pending.append((self.count, sample))
+        self._pending_bytes += sum(t.numel() * t.element_size() for t in
+                                   (sample.input_ids, sample.aux_hidden_states, sample.target_next_ids))
         self.count += 1
-        if len(self._pending) >= self.shard_samples:
+        if len(self._pending) >= self.shard_samples or (self.shard_bytes and self._pending_bytes >= self.shard_bytes):
             self.flush()
 
     def flush(self) -> None:
         if not self._pending:
             return
         name = f"shard-{len(self.shards):05d}.safetensors"
-        tensors = {}
+        tensors, storages = {}, set()
+
+        def own(t: torch.Tensor) -> torch.Tensor:  # safetensors refuses two names on one storage
+            t = t.contiguous()
+            ptr = t.untyped_storage().data_ptr()
+            if ptr in storages:
+                t = t.clone()
+            storages.add(t.untyped_storage().data_ptr())
+            return t
+
         for i, s in self._pending:
-            tensors[f"input_ids.{i}"] = s.input_ids.to(torch.int64).contiguous()
-            tensors[f"aux_hidden_states.{i}"] = s.aux_hidden_states.contiguous()
-            tensors[f"target_next_ids.{i}"] = s.target_next_ids.to(torch.int64).contiguous()
-        save_file(tensors, self.path / name)
+            tensors[f"input_ids.{i}"] = own(s.input_ids.to(torch.int64))
+            tensors[f"aux_hidden_states.{i}"] = own(s.aux_hidden_states)
+            tensors[f"target_next_ids.{i}"] = own(s.target_next_ids.to(torch.int64))
+        tmp = self.path / (name + ".tmp")
+        save_file(tensors, tmp)
+        tmp.replace(self.path / name)
         self.shards.append({"file": name, "samples": [i for i, _ in self._pending],
                             "generated_from": [s.generated_from for _, s in self._pending],
                             "tokens": sum(int(s.input_ids.numel()) for _, s in self._pending)})
-        self._pending = []
+        self._pending, self._pending_bytes = [], 0
+        self._write_index(complete=not self.mark_incomplete)
+
+    def close(self) -> None:
+        """Flush what is pending and mark the set complete."""
+        self.flush()
+        self._write_index(complete=True)
+
+    def _write_index(self, complete: bool) -> None:
         index = {"format": CALIB_FORMAT, "version": CALIB_VERSION, "info": asdict(self.info),
-                 "shards": self.shards}
+                 "shards": self.shards, "complete": complete}
         tmp = self.path / (INDEX_NAME + ".tmp")
         tmp.write_text(json.dumps(index, indent=2) + "\n")
         tmp.replace(self.path / INDEX_NAME)
+
+
+def _jsonable(value):
+    """What the value reads as after a JSON round trip (tuples become lists)."""
+    return json.loads(json.dumps(value))

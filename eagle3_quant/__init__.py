@@ -19,10 +19,18 @@ _LAZY = {
     "check_loader_compat": "eagle3_quant.validate.loader_compat",
     "SCHEMES": "eagle3_quant.schemes",
     "get_scheme": "eagle3_quant.schemes",
+    "calibrate_target": "eagle3_quant.calib.api",
+    "import_calibration": "eagle3_quant.calib.importer",
+    "CalibrationResult": "eagle3_quant.calib.result",
     "load_draft": "eagle3_quant.runtime.loading",
     "save_draft": "eagle3_quant.runtime.saving",
     "new_draft_config": "eagle3_quant.runtime.saving",
     "Eagle3Draft": "eagle3_quant.runtime.model",
+    "push_draft": "eagle3_quant.export.push",
+    "PushResult": "eagle3_quant.export.push",
+    "make_card": "eagle3_quant.export.card",
+    "run_pipeline": "eagle3_quant.pipeline",
+    "load_pipeline": "eagle3_quant.pipeline_spec",
 }
 
 __all__ = sorted(_LAZY)

@@ -85,5 +85,37 @@ class LoaderCompatError(Eagle3QuantError, RuntimeError):
     """vLLM would load the artifact differently from what was intended."""
 
 
+class CalibrationDataError(Eagle3QuantError, ValueError):
+    """The calibration dataset or dump cannot be read, or holds no usable prompts or states."""
+
+
+class TargetMismatchError(Eagle3QuantError, ValueError):
+    """The target model (or its hidden states) does not fit the draft: hidden size, vocab or layer taps."""
+
+
 class Fp8LayoutError(Eagle3QuantError, ValueError):
     """Operands of an FP8 matmul break the layout rules CUDA/ROCm ``torch._scaled_mm`` enforces."""
+
+
+class PublishError(Eagle3QuantError, RuntimeError):
+    """OUT cannot be published as it is (no passing validation, files changed since quantization, ...)."""
+
+
+class NotValidatedError(PublishError):
+    """OUT has no validation report, an unreadable one, or a failed one."""
+
+
+class HubError(Eagle3QuantError, ConnectionError):
+    """The Hub refused or failed a request. The message never contains the token."""
+
+    def __init__(self, message: str, *, status: int | None = None, **kwargs) -> None:
+        self.status = status
+        super().__init__(message, **kwargs)
+
+
+class HubAuthError(HubError, PermissionError):
+    """No token, or the Hub rejected it (401/403)."""
+
+
+class PipelineSpecError(Eagle3QuantError, ValueError):
+    """A pipeline file is malformed: unknown keys, wrong types, missing fields."""

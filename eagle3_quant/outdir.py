@@ -108,6 +108,11 @@ def staged_output(out: Path, src: Path | None, force: bool = False) -> Iterator[
             raise ResourceError(f"disk full while writing the output ({free / 1e9:.2f} GB free after removing "
                                 "the partial output); nothing was kept", path=out) from exc
         raise
+    move_into_place(staging, out)
+
+
+def move_into_place(staging: Path, out: Path) -> None:
+    """Rename a finished folder to OUT; an existing OUT is moved aside first and deleted after."""
     if out.exists():
         old = out.parent / f".{out.name}{OLD_MARK}{os.getpid()}"
         out.rename(old)

@@ -7,8 +7,9 @@ from pathlib import Path
 
 from eagle3_quant.checkpoint import PICKLE_SUFFIXES
 
-# Written by us or by Quark; never copied from the source.
-OWN_FILES = frozenset({"config.json", "eagle3_quant.json", "validation.json"})
+# Written by us or by Quark; never copied from the source. The source's README.md is its own model card (it
+# describes the BF16 model): `eagle3-quant push`/`card` write ours, and its license is kept in the manifest.
+OWN_FILES = frozenset({"config.json", "eagle3_quant.json", "validation.json", "README.md"})
 
 
 def copy_side_files(src: Path, out: Path) -> list[str]:

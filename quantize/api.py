@@ -12,6 +12,7 @@ from pathlib import Path
 from eagle3_quant.export.files import copy_side_files
 from eagle3_quant.export.manifest import Manifest, write_manifest
 from eagle3_quant.export.quark_config import rewrite_config
+from eagle3_quant.export.source_card import source_card_info
 from eagle3_quant.export.verify import verify_export
 from eagle3_quant.quantize.checks import check_finite, check_resources, check_vocab_map
 from eagle3_quant.quantize.plan import QuantPlan, make_plan
@@ -120,7 +121,7 @@ def _quantize(src: str | Path, out: str | Path, revision: str | None, *, scheme:
             "source": {"path": str(source.path), "repo_id": source.repo_id,
                        "revision": source.revision, "commit": source.commit,
                        "format": draft.format.value, "architecture": draft.config.architecture,
-                       "pickle_converted": origin is not None},
+                       "pickle_converted": origin is not None, "card": source_card_info(source.path)},
             "scheme": {"name": chosen.name, "weight": chosen.weight.describe(), "input": chosen.input.describe()},
             "exclude": {"modules": [d.module for d in plan.excluded],
                         "vllm_patterns": config["quantization_config"]["exclude"],

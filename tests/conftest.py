@@ -9,6 +9,8 @@ import pytest
 from eagle3_quant.formats import DraftFormat
 from eagle3_quant.synthetic import write_synthetic_draft
 
+pytest_plugins = ["calib_capture_fixtures", "hub_server.fixtures"]  # hub_server: a local Hub, validated OUT copies
+
 
 def load_tensors(folder: Path) -> dict:
     """Every tensor of every safetensors file in `folder`, by name."""

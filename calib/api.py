@@ -1,0 +1,118 @@
+"""calibrate_target: prompts from a dataset -> the target's aux hidden states and next tokens -> a calibration set."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from eagle3_quant.calib.format import CalibrationInfo, load_calibration
+from eagle3_quant.calib.options import CalibrationOptions
+from eagle3_quant.calib.prompts import PromptSpec, sample_prompts
+from eagle3_quant.calib.result import CalibrationResult, estimate_bytes, progress_bar, say, set_bytes
+from eagle3_quant.calib.staging import ResumableOutput, check_inputs_apart, finished_set
+from eagle3_quant.calib.taps import Taps, resolve_taps
+from eagle3_quant.calib.target import check_target, load_model, load_tokenizer, read_target
+
+from eagle3_quant.draft import read_draft
+
+
+def _data_name(data: str | Path) -> str:
+    path = Path(data).expanduser()
+    return str(path.resolve()) if path.exists() else str(data)
+
+
+def calibrate_target(target: str | Path, draft: str | Path, data: str | Path, out: str | Path, *,
+                     force: bool = False, verbose: bool = False, revision: str | None = None,
+                     **options) -> CalibrationResult:
+    """Capture what DRAFT receives from TARGET on prompts from DATA into the calibration set OUT.
+
+    `options` are the fields of `CalibrationOptions` (num_samples, seq_len, seed, column, generate_tokens,
+    tap_convention, aux_layer_ids, dtype, trust_remote_code, ...). Re-running the same call after a kill
+    resumes; OUT appears only when complete. `revision` is the draft's Hub revision."""
+    started = time.perf_counter()
+    opts = CalibrationOptions(**options)
+    out = Path(out).expanduser().resolve()
+    draft_ckpt = read_draft(draft, revision)
+    spec = read_target(target, opts.trust_remote_code)
+    check_inputs_apart(out, draft_ckpt.path, Path(spec.name))
+    check_target(spec, draft_ckpt.config, str(draft_ckpt.path))
+    taps = resolve_taps(draft_ckpt.config, spec.num_layers, opts.tap_convention, opts.aux_layer_ids)
+    tokenizer = load_tokenizer(spec, opts.trust_remote_code)
+    prompt_spec = PromptSpec(_data_name(data), opts.num_samples, opts.seq_len, opts.seed, opts.column, opts.split,
+                             opts.subset, opts.min_tokens, opts.generate_tokens)
+    prompts = sample_prompts(prompt_spec, tokenizer)
+    dtype = spec.dtype if opts.dtype == "auto" else opts.dtype
+    info = _info(spec.name, draft_ckpt.source.describe(), taps, spec.hidden_size, dtype, prompt_spec,
+                 prompts.column.name, prompts.fingerprint())
+
+    done = finished_set(out, info, force)
+    if done is not None:
+        say(verbose, f"{out} already holds this calibration set ({done.num_samples} samples): nothing to do")
+        return _result(out, info, taps, started, 0, 0, 0.0, 0, 0, done.num_samples)
+
+    max_tokens = prompts.tokens + len(prompts.prompts) * opts.generate_tokens
+    target_output = ResumableOutput(out, info, force, opts.shard_samples, opts.shard_bytes)
+    writer = target_output.open()
+    try:
+        resumed = writer.count
+        say(verbose, _plan_text(spec, taps, prompts, max_tokens, estimate_bytes(max_tokens, spec.hidden_size, dtype),
+                                resumed, target_output.staging))
+        captured = _capture(spec, taps, dtype, opts, tokenizer, prompts.prompts[resumed:], writer, verbose,
+                            len(prompts.prompts), resumed)
+        target_output.finish(writer)
+    finally:
+        target_output.close()
+    return _result(out, info, taps, started, *captured, resumed)
+
+
+def _capture(spec, taps: Taps, dtype: str, opts: CalibrationOptions, tokenizer, todo, writer, verbose, total, done):
+    import torch
+    from eagle3_quant.calib.capture import TargetRunner
+
+    if not todo:
+        return 0, 0, 0.0, 0, 0
+    model = load_model(spec, dtype, opts.max_memory, opts.trust_remote_code)
+    eos = tokenizer.eos_token_id
+    runner = TargetRunner(model, taps.indices, getattr(torch, dtype), [eos] if eos is not None else None)
+    tokens = generated = cut = 0
+    start = time.perf_counter()
+    with progress_bar(verbose, total, done) as advance:
+        for prompt in todo:
+            captured = runner.capture(prompt, opts.generate_tokens)
+            writer.add(captured.sample)
+            n = int(captured.sample.input_ids.numel())
+            tokens, generated, cut = tokens + n, generated + captured.generated, cut + captured.cut
+            advance(1, n)
+    return len(todo), tokens, time.perf_counter() - start, generated, cut
+
+
+def _info(target: str, draft: str, taps: Taps, hidden: int, dtype: str, spec: PromptSpec, column: str,
+          fingerprint: str) -> CalibrationInfo:
+    extra = {"draft": draft, "tap_convention": taps.convention.value, "draft_aux_layer_ids": list(taps.ids),
+             "column": column, "split": spec.split, "subset": spec.subset, "num_samples": spec.num_samples,
+             "seq_len": spec.seq_len, "seed": spec.seed, "min_tokens": spec.min_tokens,
+             "generate_tokens": spec.generate_tokens, "prompts_sha256": fingerprint}
+    return CalibrationInfo(target, taps.indices, hidden, dtype, spec.data, extra)
+
+
+def _plan_text(spec, taps: Taps, prompts, max_tokens: int, est_bytes: int, resumed: int, staging: Path) -> str:
+    from eagle3_quant.cli.render import human_bytes
+
+    lines = [f"target {spec.name}: {spec.architecture}, {spec.num_layers} layers, hidden {spec.hidden_size}",
+             f"taps hidden_states{list(taps.indices)} (draft ids {list(taps.ids)}, {taps.convention.value} "
+             f"convention, from {taps.origin})",
+             f"{len(prompts.prompts)} prompts from {prompts.dataset_rows} rows of column {prompts.column.name!r} "
+             f"({prompts.rows_skipped} skipped as too short, {prompts.truncated} truncated); up to {max_tokens:,} "
+             f"tokens, about {human_bytes(est_bytes)} on disk"]
+    if resumed:
+        lines.append(f"resuming an interrupted run at sample {resumed} ({staging})")
+    return "\n".join(lines)
+
+
+def _result(out: Path, info: CalibrationInfo, taps: Taps, started: float, captured: int, tokens: int,
+            seconds: float, generated: int, cut: int, resumed: int) -> CalibrationResult:
+    calib = load_calibration(out)
+    return CalibrationResult(out, calib.num_samples, calib.num_tokens, time.perf_counter() - started,
+                             tokens / seconds if seconds > 0 else 0.0, taps.indices, taps.convention.value,
+                             info.dtype, set_bytes(calib), resumed, captured, tokens, seconds, generated, cut,
+                             info.source, calib.info)

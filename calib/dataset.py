@@ -1,0 +1,95 @@
+"""Read calibration prompts with `datasets`: a Hub id or a local json/jsonl/parquet/arrow file or folder.
+
+Each row becomes either a chat (a list of ``{"role", "content"}`` messages, from a ``messages`` column or a
+ShareGPT ``conversations`` column with ``from``/``value``) or a plain text.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from eagle3_quant.errors import CalibrationDataError, SourceNotFoundError
+
+CHAT_COLUMNS = ("messages", "conversations", "conversation")
+TEXT_COLUMNS = ("text",)
+BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".arrow": "arrow", ".csv": "csv"}
+DATASET_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+ROLES = {"user": "user", "human": "user", "system": "system", "assistant": "assistant", "gpt": "assistant",
+         "chatgpt": "assistant", "bard": "assistant", "bing": "assistant", "model": "assistant",
+         "tool": "tool", "function": "tool", "observation": "tool", "ipython": "tool"}
+
+
+@dataclass(frozen=True)
+class PromptColumn:
+    name: str
+    chat: bool   # messages (chat template) or plain text
+
+
+def load_rows(data: str, split: str = "train", subset: str | None = None):
+    """The dataset's rows (a `datasets.Dataset`); errors name DATA."""
+    import datasets
+
+    path = Path(data).expanduser()
+    try:
+        if path.is_file():
+            builder = BUILDERS.get(path.suffix.lower())
+            if builder is None:
+                raise CalibrationDataError(f"unknown file type {path.suffix!r}; use one of "
+                                           f"{', '.join(sorted(BUILDERS))}", path=path)
+            return datasets.load_dataset(builder, data_files=str(path), split="train")
+        if path.is_dir():
+            if (path / "dataset_info.json").exists() or (path / "dataset_dict.json").exists():
+                loaded = datasets.load_from_disk(str(path))
+                return loaded[split] if isinstance(loaded, datasets.DatasetDict) else loaded
+            return datasets.load_dataset(str(path), subset, split=split)
+        if not DATASET_ID.match(data):
+            raise SourceNotFoundError("no such file or folder, and not a Hub dataset id", path=data)
+        return datasets.load_dataset(data, subset, split=split)
+    except (CalibrationDataError, SourceNotFoundError):
+        raise
+    except (FileNotFoundError, ValueError, KeyError, OSError, datasets.exceptions.DatasetNotFoundError) as exc:
+        raise CalibrationDataError(f"cannot load the dataset ({type(exc).__name__}: {exc})", path=data) from exc
+
+
+def pick_column(rows, column: str | None, where: str) -> PromptColumn:
+    """The named column, or the first of messages / conversations / text present."""
+    names = list(rows.column_names)
+    if column is not None and column not in names:
+        raise CalibrationDataError(f"no column {column!r}; columns: {', '.join(names)}", path=where, field=column)
+    candidates = [column] if column else [c for c in CHAT_COLUMNS + TEXT_COLUMNS if c in names]
+    if not candidates:
+        raise CalibrationDataError(f"no messages / conversations / text column; columns: {', '.join(names)}",
+                                   path=where, hint="name one with --column")
+    name = candidates[0]
+    sample = next((v for v in rows[:100][name] if v is not None), None)
+    if isinstance(sample, str):
+        return PromptColumn(name, chat=False)
+    if isinstance(sample, list):
+        return PromptColumn(name, chat=True)
+    raise CalibrationDataError(f"column holds {type(sample).__name__}, expected text or a list of messages",
+                               path=where, field=name)
+
+
+def to_messages(value: Any, where: str) -> list[dict[str, str]]:
+    """Normalise one chat: role/content or ShareGPT from/value; list-of-parts content keeps its text parts."""
+    if not isinstance(value, list):
+        raise CalibrationDataError(f"expected a list of messages, got {type(value).__name__}", path=where)
+    messages = []
+    for turn in value:
+        if not isinstance(turn, dict):
+            raise CalibrationDataError(f"a message is {type(turn).__name__}, expected an object", path=where)
+        role = turn.get("role", turn.get("from"))
+        content = turn.get("content", turn.get("value"))
+        mapped = ROLES.get(str(role).lower()) if role is not None else None
+        if mapped is None:
+            raise CalibrationDataError(f"unknown message role {role!r}; known: {', '.join(sorted(ROLES))}",
+                                       path=where)
+        if isinstance(content, list):
+            content = "".join(p.get("text") or "" for p in content if isinstance(p, dict))
+        if not isinstance(content, str):
+            raise CalibrationDataError(f"message content is {type(content).__name__}, expected text", path=where)
+        messages.append({"role": mapped, "content": content})
+    return messages

@@ -1,0 +1,129 @@
+"""import_calibration: hidden states captured elsewhere (a serving engine, SpecForge) -> a checked calibration set.
+
+Two inputs are understood: a folder in this project's calibration format (``calib.json`` + shards, see
+``format.py``), which is checked sample by sample against the draft and copied; and SpecForge's offline
+hidden-state files (see ``specforge.py``), converted with the target's lm_head.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import torch
+from eagle3_quant.calib.format import (
+    INDEX_NAME,
+    STATE_DTYPES,
+    CalibrationInfo,
+    CalibrationSample,
+    CalibrationWriter,
+    load_calibration,
+)
+from eagle3_quant.calib.lm_head import argmax_logits, load_lm_head
+from eagle3_quant.calib.result import CalibrationResult, progress_bar, set_bytes
+from eagle3_quant.calib.specforge import find_files, is_specforge_dump, read_record
+from eagle3_quant.calib.staging import check_inputs_apart
+from eagle3_quant.calib.taps import Taps, resolve_taps
+from eagle3_quant.calib.target import check_target, read_target
+
+from eagle3_quant.draft import read_draft
+from eagle3_quant.errors import CalibrationDataError, TargetMismatchError
+from eagle3_quant.outdir import staged_output
+
+
+def import_calibration(dump: str | Path, draft: str | Path, out: str | Path, *, target: str | Path | None = None,
+                       tap_convention: str = "auto", aux_layer_ids: list[int] | None = None, force: bool = False,
+                       verbose: bool = False, revision: str | None = None,
+                       shard_samples: int = 64, shard_bytes: int = 1 << 30) -> CalibrationResult:
+    """Check DUMP against DRAFT (hidden size, taps, vocab, shapes) and write it as the calibration set OUT.
+
+    `target` is needed for SpecForge files (its lm_head gives the next tokens) and, for a draft whose config
+    names no aux layer ids, to know the default taps; when given it is also checked against the draft."""
+    started = time.perf_counter()
+    dump, out = Path(dump).expanduser().resolve(), Path(out).expanduser().resolve()
+    draft_ckpt = read_draft(draft, revision)
+    spec = read_target(target) if target is not None else None
+    if spec is not None:
+        check_target(spec, draft_ckpt.config, str(draft_ckpt.path))
+    taps = resolve_taps(draft_ckpt.config, spec.num_layers if spec else None, tap_convention, aux_layer_ids)
+    hidden, vocab = draft_ckpt.config.target_hidden_size, draft_ckpt.config.vocab_size
+    check_inputs_apart(out, draft_ckpt.path)
+    if (dump / INDEX_NAME).exists():
+        source = load_calibration(dump)
+        info = _checked_info(source.info, taps, hidden, dump)
+        records, total = source.samples(), source.num_samples
+    elif is_specforge_dump(dump):
+        if spec is None:
+            raise CalibrationDataError("SpecForge files hold the target's last hidden state, not its predictions",
+                                       path=dump, hint="pass --target so its lm_head gives the next tokens")
+        files = find_files(dump)
+        info = _specforge_info(spec.name, taps, hidden, dump, files[0])
+        records, total = _from_specforge(files, load_lm_head(spec.name), vocab), len(files)
+    else:
+        raise CalibrationDataError(f"neither a calibration set ({INDEX_NAME}) nor SpecForge data_*.ckpt files",
+                                   path=dump)
+    state_dtype = STATE_DTYPES[info.dtype]
+    start = time.perf_counter()
+    with staged_output(out, dump, force) as staging, progress_bar(verbose, total, 0) as advance:
+        writer = CalibrationWriter(staging, info, shard_samples, shard_bytes, mark_incomplete=True)
+        for n, sample in enumerate(records):
+            where = f"{dump} sample {n}"
+            sample.check(hidden, where)
+            _check_vocab(sample, vocab, where)
+            writer.add(CalibrationSample(sample.input_ids, sample.aux_hidden_states.to(state_dtype),
+                                         sample.target_next_ids, sample.generated_from))
+            advance(1, int(sample.input_ids.numel()))
+        writer.close()
+    seconds = time.perf_counter() - start
+    calib = load_calibration(out)
+    return CalibrationResult(out, calib.num_samples, calib.num_tokens, time.perf_counter() - started,
+                             calib.num_tokens / seconds if seconds > 0 else 0.0, taps.indices,
+                             taps.convention.value, info.dtype, set_bytes(calib), 0, calib.num_samples,
+                             calib.num_tokens, seconds, 0, 0, info.source, calib.info)
+
+
+def _checked_info(info: CalibrationInfo, taps: Taps, hidden: int, dump: Path) -> CalibrationInfo:
+    if info.target_hidden_size != hidden:
+        raise TargetMismatchError(f"the dump holds states of hidden size {info.target_hidden_size}, the draft "
+                                  f"expects {hidden}", path=dump, field="target_hidden_size")
+    if tuple(info.aux_layer_ids) != taps.indices:
+        raise TargetMismatchError(
+            f"the dump holds hidden_states{list(info.aux_layer_ids)}, the draft reads hidden_states"
+            f"{list(taps.indices)} (ids {list(taps.ids)}, {taps.convention.value} convention, from {taps.origin})",
+            path=dump, field="aux_layer_ids", hint="check --tap-convention or --aux-layer-ids")
+    if info.dtype not in STATE_DTYPES:
+        raise CalibrationDataError(f"dtype {info.dtype!r} is not one of {', '.join(STATE_DTYPES)}", path=dump,
+                                   field="dtype")
+    return CalibrationInfo(info.target, info.aux_layer_ids, info.target_hidden_size, info.dtype, info.source,
+                           {**info.extra, "imported_from": str(dump)})
+
+
+def _specforge_info(target: str, taps: Taps, hidden: int, dump: Path, first: Path) -> CalibrationInfo:
+    dtype = str(read_record(first).aux_hidden_state.dtype).removeprefix("torch.")
+    return CalibrationInfo(target, taps.indices, hidden, dtype if dtype in STATE_DTYPES else "float32",
+                           f"specforge:{dump}", {"imported_from": str(dump), "format": "specforge-offline",
+                                                 "tap_convention": taps.convention.value,
+                                                 "draft_aux_layer_ids": list(taps.ids),
+                                                 "taps_note": "SpecForge files do not record their taps: "
+                                                              "assumed to be the draft's"})
+
+
+def _from_specforge(files: list[Path], lm_head: torch.Tensor, vocab: int):
+    if lm_head.shape[0] != vocab:
+        raise TargetMismatchError(f"the target's lm_head has {lm_head.shape[0]} rows, the draft's target vocab is "
+                                  f"{vocab}", field="vocab_size")
+    for file in files:
+        record = read_record(file)
+        if record.hidden_state.shape[-1] != lm_head.shape[1]:
+            raise TargetMismatchError(f"hidden_state width {record.hidden_state.shape[-1]} does not match the "
+                                      f"target's lm_head ({lm_head.shape[1]})", path=file, field="hidden_state")
+        yield CalibrationSample(record.input_ids, record.aux_hidden_state,
+                                argmax_logits(record.hidden_state, lm_head))
+
+
+def _check_vocab(sample: CalibrationSample, vocab: int, where: str) -> None:
+    for name in ("input_ids", "target_next_ids"):
+        ids = getattr(sample, name)
+        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab):
+            raise TargetMismatchError(f"{name} has ids outside the target vocab 0..{vocab - 1}", path=where,
+                                      field=name)

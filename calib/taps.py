@@ -1,0 +1,84 @@
+"""Which target hidden states the draft reads: resolve the three layer taps and their counting convention.
+
+Two conventions count the same tensors differently:
+
+- ``input``: id k is the input of decoder layer k, i.e. transformers ``hidden_states[k]`` (0 = embeddings).
+  EAGLE, vLLM and speculators count this way; defaults ``[2, L//2, L-3]``. vLLM reads the top-level
+  ``eagle_aux_hidden_state_layer_ids`` of a speculators config with this meaning.
+- ``output``: id k is the output of decoder layer k, i.e. ``hidden_states[k+1]``. SpecForge, SGLang and
+  ModelOpt count this way (SGLang adds 1 when it captures); defaults ``[1, L//2-1, L-4]``. SpecForge writes
+  the ids nested in ``eagle_config``.
+
+``auto`` decides from where the config keeps the ids: nested in ``eagle_config`` -> output, top level ->
+input; no ids -> the defaults (the same tensors either way).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from eagle3_quant.config import DraftConfig
+from eagle3_quant.errors import DraftFormatError
+
+AUX_KEY = "eagle_aux_hidden_state_layer_ids"
+
+
+class TapConvention(StrEnum):
+    auto = "auto"
+    input = "input"
+    output = "output"
+
+
+@dataclass(frozen=True)
+class Taps:
+    indices: tuple[int, ...]         # transformers hidden_states indices (input of layer k)
+    convention: TapConvention        # how `ids` count (input or output)
+    ids: tuple[int, ...]             # as written in the draft config, given by the user, or the defaults
+    origin: str                      # where `ids` came from, in words
+
+
+def default_ids(num_layers: int, convention: TapConvention) -> tuple[int, ...]:
+    ids = (2, num_layers // 2, num_layers - 3)
+    return ids if convention is TapConvention.input else tuple(i - 1 for i in ids)
+
+
+def _config_ids(raw: dict[str, Any]) -> tuple[tuple[int, ...] | None, TapConvention, str]:
+    nested = raw.get("eagle_config") if isinstance(raw.get("eagle_config"), dict) else {}
+    if nested.get(AUX_KEY) is not None:
+        return tuple(nested[AUX_KEY]), TapConvention.output, f"draft config eagle_config.{AUX_KEY} (SpecForge)"
+    if raw.get(AUX_KEY) is not None:
+        return tuple(raw[AUX_KEY]), TapConvention.input, f"draft config {AUX_KEY} (speculators/vLLM)"
+    return None, TapConvention.input, "defaults"
+
+
+def resolve_taps(config: DraftConfig, num_layers: int | None, convention: TapConvention | str = TapConvention.auto,
+                 ids: list[int] | tuple[int, ...] | None = None) -> Taps:
+    """The hidden_states indices to capture for this draft on a target with `num_layers` decoder layers.
+
+    `ids` overrides the config's ids (counted as `convention`, input when auto). With `num_layers` None
+    (target unknown) the ids must be given and are not range-checked."""
+    convention = TapConvention(convention)
+    if ids is not None:
+        found, implied, origin = tuple(ids), TapConvention.input, "--aux-layer-ids"
+    else:
+        found, implied, origin = _config_ids(dict(config.raw))
+    used = implied if convention is TapConvention.auto else convention
+    if found is None:
+        if num_layers is None:
+            raise DraftFormatError("the draft config names no aux layer ids, and the default taps depend on the "
+                                   "target's layer count", field=AUX_KEY, hint="pass --target")
+        found = default_ids(num_layers, used)
+        origin = f"defaults for a {num_layers}-layer target"
+    if len(found) != 3:
+        raise DraftFormatError(f"an Eagle3 draft reads 3 target layers, {origin} gives {list(found)}",
+                               field=AUX_KEY)
+    indices = tuple(i + 1 for i in found) if used is TapConvention.output else found
+    for i, index in zip(found, indices, strict=True):
+        if index < 0 or (num_layers is not None and index >= num_layers):
+            raise DraftFormatError(
+                f"layer id {i} ({used.value} convention, from {origin}) is hidden_states[{index}], outside the "
+                f"inputs of the target's {num_layers} decoder layers (0..{(num_layers or 0) - 1})", field=AUX_KEY,
+                hint="check --tap-convention, or that the draft belongs to this target")
+    return Taps(indices, used, found, origin)

@@ -1,0 +1,95 @@
+"""The target model: its config checked against the draft, its tokenizer, its weights placed on devices."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from eagle3_quant.config import DraftConfig
+from eagle3_quant.errors import SourceNotFoundError, TargetMismatchError
+from eagle3_quant.source import REPO_ID
+
+DTYPE_NAMES = ("bfloat16", "float16", "float32")
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    name: str              # absolute path, or the Hub repo id
+    num_layers: int
+    hidden_size: int
+    vocab_size: int
+    dtype: str             # the dtype its config declares (bfloat16 when it declares none we know)
+    architecture: str
+
+
+def target_name(target: str | Path) -> str:
+    path = Path(target).expanduser()
+    if path.exists():
+        return str(path.resolve())
+    if not REPO_ID.match(str(target)):
+        raise SourceNotFoundError("no such folder, and not a Hub repo id (ORG/NAME)", path=str(target))
+    return str(target)
+
+
+def read_target(target: str | Path, trust_remote_code: bool = False) -> TargetSpec:
+    """Read the target's config (no weights); the text part of a multimodal config."""
+    from transformers import AutoConfig
+
+    name = target_name(target)
+    try:
+        config = AutoConfig.from_pretrained(name, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError) as exc:
+        raise SourceNotFoundError(f"cannot read the target's config ({exc})", path=name) from exc
+    text = config.get_text_config()
+    dtype = getattr(text, "dtype", None) or getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
+    dtype = str(dtype).removeprefix("torch.") if dtype is not None else "bfloat16"
+    return TargetSpec(name, int(text.num_hidden_layers), int(text.hidden_size), int(text.vocab_size),
+                      dtype if dtype in DTYPE_NAMES else "bfloat16", (config.architectures or ["?"])[0])
+
+
+def check_target(spec: TargetSpec, draft: DraftConfig, draft_where: str) -> None:
+    """The draft's fc reads 3 x target hidden; its d2t maps into the target vocab."""
+    if draft.target_hidden_size != spec.hidden_size:
+        raise TargetMismatchError(
+            f"the draft expects target hidden size {draft.target_hidden_size} but the target {spec.name} has "
+            f"hidden_size {spec.hidden_size}", path=draft_where, field="target_hidden_size",
+            hint="is this the draft's target?")
+    if draft.vocab_size != spec.vocab_size:
+        raise TargetMismatchError(
+            f"the draft expects a target vocab of {draft.vocab_size} but the target {spec.name} has vocab_size "
+            f"{spec.vocab_size}", path=draft_where, field="vocab_size", hint="is this the draft's target?")
+
+
+def load_tokenizer(spec: TargetSpec, trust_remote_code: bool = False):
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(spec.name, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError) as exc:
+        raise SourceNotFoundError(f"cannot load the target's tokenizer ({exc})", path=spec.name) from exc
+
+
+def load_model(spec: TargetSpec, dtype: str, max_memory: dict | None = None, trust_remote_code: bool = False):
+    """On a GPU machine accelerate's device_map="auto" spreads the layers over every GPU, then CPU RAM;
+    on CPU the model loads normally."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    kwargs = {"dtype": getattr(torch, dtype), "trust_remote_code": trust_remote_code}
+    if torch.cuda.is_available():
+        kwargs["device_map"] = "auto"
+        if max_memory:
+            kwargs["max_memory"] = max_memory
+    model = AutoModelForCausalLM.from_pretrained(spec.name, **kwargs)
+    return model.eval()
+
+
+def input_device(model):
+    """Where input ids go: the embedding's device (accelerate moves them on between layers)."""
+    import torch
+
+    placed = [d for d in getattr(model, "hf_device_map", {}).values() if d not in ("cpu", "disk")]
+    if placed:
+        first = placed[0]
+        return torch.device(f"cuda:{first}" if isinstance(first, int) else first)
+    return model.get_input_embeddings().weight.device

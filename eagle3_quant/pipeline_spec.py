@@ -1,0 +1,192 @@
+"""The pipeline file (`eagle3-quant run PIPELINE.yaml`): a strict schema, unknown keys rejected by name.
+
+Every section is a frozen dataclass; the YAML maps onto it field by field. Overrides (`--set a.b=value`)
+apply to the raw mapping before validation, so they obey the same rules.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from eagle3_quant.errors import PipelineSpecError
+from eagle3_quant.schemes import DEFAULT_SCHEME, SCHEMES
+from eagle3_quant.source import REPO_ID
+
+PIPELINE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class CalibrateSpec:
+    data: str | None = None            # dataset (Hub id or local path); no data: the stage is skipped
+    num_samples: int = 256
+    seq_len: int = 2048
+    options: dict = field(default_factory=dict)   # more keyword arguments for calibrate_target
+
+
+@dataclass(frozen=True)
+class QuantizeSpec:
+    exclude: list[str] = field(default_factory=list)
+    quantize_fc: bool = False
+    device: str | None = None
+
+
+@dataclass(frozen=True)
+class ValidateSpec:
+    enabled: bool = True
+    options: dict = field(default_factory=dict)   # more keyword arguments (gates) for validate_draft
+
+
+@dataclass(frozen=True)
+class PushSpec:
+    repo_id: str | None = None
+    enabled: bool = True
+    revision: str | None = None
+    create_pr: bool = False
+    private: bool = False
+    tag: str | None = None
+    commit_message: str | None = None
+    dry_run: bool = False
+    allow_unvalidated: bool = False
+
+
+@dataclass(frozen=True)
+class PipelineSpec:
+    source: str
+    workdir: str
+    pipeline_version: int = PIPELINE_VERSION
+    revision: str | None = None
+    target: str | None = None
+    scheme: str = DEFAULT_SCHEME
+    calibrate: CalibrateSpec = field(default_factory=CalibrateSpec)
+    quantize: QuantizeSpec = field(default_factory=QuantizeSpec)
+    validate: ValidateSpec = field(default_factory=ValidateSpec)
+    push: PushSpec = field(default_factory=PushSpec)
+    path: str | None = field(default=None, metadata={"internal": True})   # the file it was read from
+
+    @property
+    def out(self) -> Path:
+        return Path(self.workdir) / "draft-fp8"
+
+    @property
+    def calib(self) -> Path:
+        return Path(self.workdir) / "calib"
+
+
+def _type_ok(value: Any, hint: Any) -> bool:
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_type_ok(value, arg) for arg in typing.get_args(hint))
+    if hint is type(None):
+        return value is None
+    if origin is list:
+        (item,) = typing.get_args(hint)
+        return isinstance(value, list) and all(_type_ok(v, item) for v in value)
+    if hint is dict or origin is dict:
+        return isinstance(value, dict)
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, hint)
+
+
+def _build(cls: type, raw: Any, where: str, file: str | None) -> Any:
+    if not isinstance(raw, dict):
+        raise PipelineSpecError(f"expected a mapping, got {type(raw).__name__}", path=file, field=where or None)
+    hints = typing.get_type_hints(cls)
+    public = [f for f in dataclasses.fields(cls) if not f.metadata.get("internal")]
+    names = [f.name for f in public]
+    unknown = sorted(set(raw) - set(names))
+    if unknown:
+        raise PipelineSpecError(f"unknown key(s) {', '.join(map(repr, unknown))}; valid keys: {', '.join(names)}",
+                                path=file, field=where or None)
+    values = {}
+    for f in public:
+        name = f"{where}.{f.name}" if where else f.name
+        if f.name not in raw:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise PipelineSpecError("required", path=file, field=name)
+            continue
+        hint = hints[f.name]
+        if dataclasses.is_dataclass(hint):
+            values[f.name] = _build(hint, raw[f.name] if raw[f.name] is not None else {}, name, file)
+        elif not _type_ok(raw[f.name], hint):
+            raise PipelineSpecError(f"{raw[f.name]!r} is not {_describe(hint)}", path=file, field=name)
+        else:
+            values[f.name] = raw[f.name]
+    return cls(**values)
+
+
+def _describe(hint: Any) -> str:
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_describe(arg) for arg in typing.get_args(hint))
+    if origin is list:
+        return f"a list of {_describe(typing.get_args(hint)[0])}s"
+    names = {"str": "a string", "int": "an integer", "bool": "true or false", "dict": "a mapping", "NoneType": "null"}
+    return names.get(getattr(hint, "__name__", ""), str(hint))
+
+
+def _check(spec: PipelineSpec, file: str | None) -> PipelineSpec:
+    if spec.pipeline_version != PIPELINE_VERSION:
+        raise PipelineSpecError(f"version {spec.pipeline_version} is not supported (this tool reads "
+                                f"{PIPELINE_VERSION})", path=file, field="pipeline_version")
+    if spec.scheme not in SCHEMES:
+        raise PipelineSpecError(f"unknown scheme {spec.scheme!r}; valid schemes: {', '.join(SCHEMES)}", path=file,
+                                field="scheme")
+    if SCHEMES[spec.scheme].needs_calibration and not spec.calibrate.data:
+        raise PipelineSpecError(f"scheme {spec.scheme!r} needs calibration data", path=file, field="calibrate.data")
+    if spec.calibrate.data and not spec.target:
+        raise PipelineSpecError("calibration runs the target model: name it", path=file, field="target")
+    if spec.push.enabled:
+        if not spec.push.repo_id:
+            raise PipelineSpecError("required when push is enabled (or set push.enabled: false)", path=file,
+                                    field="push.repo_id")
+        if not REPO_ID.match(spec.push.repo_id):
+            raise PipelineSpecError(f"{spec.push.repo_id!r} is not ORG/NAME", path=file, field="push.repo_id")
+    return spec
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """`push.repo_id=org/x` -> (["push", "repo_id"], "org/x"); the value is read as a YAML scalar."""
+    import yaml
+
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise PipelineSpecError(f"override {text!r} is not KEY=VALUE (for example push.dry_run=true)")
+    return key.strip().split("."), yaml.safe_load(value) if value.strip() else None
+
+
+def apply_overrides(raw: dict, overrides: list[str]) -> dict:
+    merged = dict(raw)
+    for text in overrides:
+        keys, value = parse_override(text)
+        node = merged
+        for key in keys[:-1]:
+            child = node.get(key)
+            node[key] = dict(child) if isinstance(child, dict) else {}
+            node = node[key]
+        node[keys[-1]] = value
+    return merged
+
+
+def load_pipeline(path: str | Path, overrides: list[str] | None = None) -> PipelineSpec:
+    import yaml
+
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise PipelineSpecError("no such pipeline file", path=path) from None
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise PipelineSpecError(f"not a readable YAML file ({exc})", path=path) from None
+    raw = {} if raw is None else raw
+    if isinstance(raw, dict):
+        raw = apply_overrides(raw, overrides or [])
+    spec = _build(PipelineSpec, raw, "", str(path))   # workdir stays relative to where `run` is started
+    return _check(dataclasses.replace(spec, path=str(path)), str(path))

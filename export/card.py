@@ -1,0 +1,198 @@
+"""The model card (OUT/README.md): what the artifact is, how it was made, how good it is, how to serve it.
+
+Built only from recorded facts: the manifest (`eagle3_quant.json`), the validation report and config.json.
+A number the report does not hold is printed as "not measured", never estimated. The card is not listed in
+the manifest's outputs (the manifest hashes the quantized artifact, the card is derived from it afterwards).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from eagle3_quant.export.manifest import MANIFEST_NAME, Manifest
+from eagle3_quant.export.source_card import repo_id_from_cache_path, source_card_info
+from eagle3_quant.export.validation_report import ValidationSummary, read_validation
+
+from eagle3_quant.errors import PublishError
+from eagle3_quant.schemes import SCHEMES
+
+CARD_NAME = "README.md"
+TEMPLATE_PATH = Path(__file__).with_name("card_template.md")
+BASE_TAGS = ("eagle3", "speculative-decoding", "draft-model", "fp8", "amd-quark")
+LIBRARY_NAME = "vllm"
+NOT_MEASURED = "not measured"
+DEFAULT_ROLES_KEPT = frozenset({"fc", "lm_head"})
+
+
+@dataclass(frozen=True)
+class DraftCard:
+    """A rendered card and the facts it was built from."""
+
+    text: str
+    metadata: dict[str, Any]
+    repo_id: str
+    base_model: str | None
+    target: str | None
+    validation: ValidationSummary
+    path: Path | None = None          # where it was written; None when only rendered
+
+    @property
+    def size(self) -> int:
+        return len(self.text.encode("utf-8"))
+
+
+def read_manifest(out: Path) -> Manifest:
+    try:
+        manifest = Manifest.read(out)
+    except FileNotFoundError:
+        raise PublishError(f"no {MANIFEST_NAME}: not an eagle3-quant output folder", path=out,
+                           hint="make it with `eagle3-quant quantize SRC OUT`") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise PublishError(f"unreadable manifest ({exc})", path=out / MANIFEST_NAME) from None
+    for key in ("source", "scheme", "layers", "outputs", "versions"):
+        if key not in manifest.data:
+            raise PublishError("manifest lacks this field", path=out / MANIFEST_NAME, field=key)
+    return manifest
+
+
+def _config_verifier(out: Path) -> str | None:
+    try:
+        spec = json.loads((out / "config.json").read_text(encoding="utf-8")).get("speculators_config")
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+        return None
+    verifier = spec.get("verifier") if isinstance(spec, dict) else None
+    name = verifier.get("name_or_path") if isinstance(verifier, dict) else None
+    return name if isinstance(name, str) else None
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return NOT_MEASURED if value is None else format(value, spec)
+
+
+def _metric_rows(validation: ValidationSummary) -> list[tuple[str, str]]:
+    m = validation.metric
+    kernel = validation.kernel
+    if kernel.get("status"):
+        where = ", ".join(str(kernel[k]) for k in ("device", "backend") if kernel.get(k))
+        kernels = [str(k.get("name", k)) if isinstance(k, dict) else str(k) for k in kernel.get("kernels") or []][:3]
+        kernel_text = f"{kernel['status']}" + (f" on {where}" if where else "") + (
+            f"; kernels: {', '.join(f'`{k}`' for k in kernels)}" if kernels else "")
+    else:
+        kernel_text = NOT_MEASURED
+    return [
+        ("acceptance length, BF16 draft", _fmt(m("acceptance_length_bf16"), ".3f")),
+        ("acceptance length, FP8 draft", _fmt(m("acceptance_length_fp8"), ".3f")),
+        ("acceptance ratio FP8 / BF16", _fmt(m("acceptance_ratio"), ".4f")),
+        ("top-1 agreement FP8 vs BF16", _fmt(m("top1_agreement"), ".4f")),
+        ("logit KL (BF16 to FP8)", _fmt(m("kl"), ".3g")),
+        ("FP8 kernel check", kernel_text),
+    ]
+
+
+def _headline(validation: ValidationSummary) -> str:
+    if validation.state == "passed":
+        return "`eagle3-quant validate` passed; the full report is `validation.json` in this repository."
+    if validation.state == "failed":
+        return f"**Validation FAILED** ({validation.problem}). Published on request (`--allow-unvalidated`)."
+    return ("**Not validated**: published without a passing validation report (`--allow-unvalidated`): "
+            f"{validation.problem}.")
+
+
+def _reproduce(source: dict, scheme: str, layers: list[dict], repo_id: str) -> list[str]:
+    src = source.get("repo_id") or source.get("path") or "SRC"
+    revision = f" --revision {source['commit']}" if source.get("repo_id") and source.get("commit") else ""
+    flags = [f" --exclude {d['module']}" for d in layers if not d["quantized"] and d["role"] not in DEFAULT_ROLES_KEPT]
+    if any(d["quantized"] and d["role"] == "fc" for d in layers):
+        flags.append(" --quantize-fc")
+    calib = " --calib CAL" if SCHEMES.get(scheme) and SCHEMES[scheme].needs_calibration else ""
+    return [f"eagle3-quant quantize {src} OUT --scheme {scheme}{revision}{calib}{''.join(flags)}",
+            f"eagle3-quant validate OUT --reference {src}{calib}",
+            f"eagle3-quant push OUT --repo-id {repo_id}"]
+
+
+def _calibration_text(data: dict) -> str:
+    calib = data.get("calibration")
+    if isinstance(calib, dict) and calib.get("samples"):
+        return (f"{calib['samples']} samples, {calib.get('tokens', '?')} draft positions over "
+                f"{calib.get('steps', '?')} draft steps (static input scales)")
+    return "none: no data needed (weight scales from the weights, activation scales per token at run time)"
+
+
+def _recorded_command(argv: list[str] | None) -> str:
+    """The quantize command as typed, when it was the CLI (an API call records the host program instead)."""
+    return " ".join(argv) if argv and argv[0].startswith("eagle3-quant") else ""
+
+
+def build_card(out: str | Path, repo_id: str | None = None, *, target: str | None = None,
+               base_model: str | None = None, pipeline: str | None = None,
+               validation: ValidationSummary | None = None) -> DraftCard:
+    """Render the card in memory from OUT's manifest, validation report and config."""
+    from huggingface_hub import ModelCard, ModelCardData
+
+    out = Path(out)
+    data = read_manifest(out).data
+    validation = validation or read_validation(out)
+    source, scheme = data["source"], data["scheme"]
+    repo_id = repo_id or f"ORG/{out.resolve().name}"
+    base_model = base_model or source.get("repo_id") or repo_id_from_cache_path(source.get("path", ""))
+    target = target or validation.target or _config_verifier(out)
+    license_info = source.get("card")
+    if license_info is None and source.get("path") and Path(source["path"]).is_dir():
+        license_info = source_card_info(source["path"])  # manifests written before licenses were recorded
+    card_data = ModelCardData(
+        base_model=base_model, library_name=LIBRARY_NAME,
+        tags=[*BASE_TAGS, scheme["name"]], **(license_info or {}),
+        **({"base_model_relation": "quantized"} if base_model else {}))
+    layers = data["layers"]
+    quantized = [d for d in layers if d["quantized"]]
+    kept = [d for d in layers if not d["quantized"]]
+    exclude = data.get("exclude", {})
+    versions = data["versions"]
+    source_text = (f"[{source['repo_id']}](https://huggingface.co/{source['repo_id']}) at commit "
+                   f"`{source.get('commit') or source.get('revision') or 'main'}`" if source.get("repo_id")
+                   else f"local folder `{source.get('path')}`" + (f" (Hub: `{base_model}`)" if base_model else ""))
+    card = ModelCard.from_template(
+        card_data, template_path=str(TEMPLATE_PATH),
+        title=repo_id.split("/")[-1], repo_id=repo_id, source=source, scheme=scheme,
+        scheme_summary=SCHEMES[scheme["name"]].summary if scheme["name"] in SCHEMES else "",
+        source_link=f"[{base_model}](https://huggingface.co/{base_model})" if base_model else f"`{source.get('path')}`",
+        source_text=source_text, target_text=f"`{target}`" if target else "its target model (not recorded)",
+        target_cli=target or "TARGET_MODEL", versions={k: versions.get(k, "?") for k in (
+            "eagle3-quant", "amd-quark", "torch", "transformers", "safetensors", "huggingface_hub")} | versions,
+        quantized_modules=", ".join(f"`{d['module']}`" for d in quantized) or "none",
+        kept_modules=", ".join(f"`{d['module']}` ({d['reason']})" for d in kept) or "none",
+        vllm_patterns=", ".join(f"`{p}`" for p in exclude.get("vllm_patterns", [])) or "none",
+        tools=", ".join(f"{k} {versions[k]}" for k in ("eagle3-quant", "amd-quark", "torch", "transformers",
+                                                        "huggingface_hub") if k in versions),
+        layers=layers, fc_quantized=any(d["role"] == "fc" for d in quantized),
+        validation_headline=_headline(validation), metric_rows=_metric_rows(validation),
+        checks=validation.checks, pipeline=pipeline,
+        reproduce=_reproduce(source, scheme["name"], layers, repo_id),
+        recorded_command=_recorded_command(data.get("command")), device=data.get("device", "?"),
+        outputs=data["outputs"], inputs=data.get("inputs", []), calibration_text=_calibration_text(data),
+    )
+    return DraftCard(str(card), card.data.to_dict(), repo_id, base_model, target, validation)
+
+
+def write_card(out: str | Path, card: DraftCard) -> DraftCard:
+    """Write README.md atomically (temp file in OUT, then rename): a reader never sees half a card."""
+    out = Path(out)
+    final = out / CARD_NAME
+    tmp = out / f".{CARD_NAME}.tmp-{os.getpid()}"
+    try:
+        tmp.write_text(card.text, encoding="utf-8")
+        os.replace(tmp, final)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return DraftCard(card.text, card.metadata, card.repo_id, card.base_model, card.target, card.validation, final)
+
+
+def make_card(out: str | Path, repo_id: str | None = None, *, target: str | None = None,
+              base_model: str | None = None, pipeline: str | None = None, write: bool = True) -> DraftCard:
+    """Build OUT's model card and (unless write=False) write it to OUT/README.md."""
+    card = build_card(out, repo_id, target=target, base_model=base_model, pipeline=pipeline)
+    return write_card(out, card) if write else card

@@ -1,0 +1,72 @@
+"""Which files a push sends, checked against the manifest, and which of them the remote already holds."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from eagle3_quant.export.card import CARD_NAME
+from eagle3_quant.export.manifest import MANIFEST_NAME, Manifest
+from eagle3_quant.export.validation_report import REPORT_NAME
+
+from eagle3_quant.errors import PublishError
+from eagle3_quant.hashing import CHUNK, sha256_file
+
+# Files written after quantization: not listed in the manifest's outputs, sent all the same.
+ADDED_FILES = {MANIFEST_NAME: "manifest", CARD_NAME: "card", REPORT_NAME: "validation report"}
+
+
+@dataclass(frozen=True)
+class PushFile:
+    path: str          # relative to OUT, posix
+    size: int
+    sha256: str
+    kind: str          # "artifact" (in the manifest), "manifest", "card", "validation report"
+    action: str = "send"   # "send" | "upload" | "unchanged"
+
+
+def git_blob_oid(path: Path) -> str:
+    """The git object id of a file, as the Hub reports it for files stored without LFS."""
+    digest = hashlib.sha1(f"blob {path.stat().st_size}\0".encode())
+    with path.open("rb") as fh:
+        while chunk := fh.read(CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def files_to_send(out: Path, manifest: Manifest) -> list[PushFile]:
+    """Every artifact file must still match its manifest hash; anything unknown in OUT is refused."""
+    listed = {entry["path"]: entry for entry in manifest.outputs}
+    present = sorted(p.relative_to(out).as_posix() for p in out.rglob("*")
+                     if p.is_file() and not any(part.startswith(".") for part in p.relative_to(out).parts))
+    unknown = [p for p in present if p not in listed and p not in ADDED_FILES]
+    if unknown:
+        raise PublishError(f"files not in the manifest: {', '.join(unknown[:5])}", path=out,
+                           hint="remove them, or quantize again; only what the manifest lists is published")
+    files = []
+    for rel, entry in listed.items():
+        if rel == CARD_NAME:  # an old output that copied the source's card: ours replaces it
+            continue
+        path = out / rel
+        if not path.is_file():
+            raise PublishError("listed in the manifest but missing", path=path)
+        size = path.stat().st_size
+        digest = sha256_file(path) if size == entry["size"] else None
+        if digest != entry["sha256"]:
+            raise PublishError("changed since quantization (sha256 differs from the manifest)", path=path,
+                               hint="quantize again; a changed artifact is never published")
+        files.append(PushFile(rel, size, digest, "artifact"))
+    for name, kind in ADDED_FILES.items():
+        if name != CARD_NAME and (out / name).is_file():
+            files.append(PushFile(name, (out / name).stat().st_size, sha256_file(out / name), kind))
+    return files
+
+
+def same_as_remote(out: Path, local: PushFile, remote) -> bool:
+    """`remote` is a huggingface_hub RepoFile (or None): LFS files compare by sha256, others by git oid."""
+    if remote is None or remote.size is None:
+        return False
+    if remote.lfs is not None:
+        return remote.lfs.sha256 == local.sha256 and remote.lfs.size == local.size
+    return remote.size == local.size and remote.blob_id == git_blob_oid(out / local.path)

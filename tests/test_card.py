@@ -1,0 +1,145 @@
+"""Model card contents and the validation report reader."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from eagle3_quant.export.card import NOT_MEASURED, make_card
+from eagle3_quant.export.manifest import MANIFEST_NAME
+from eagle3_quant.export.source_card import repo_id_from_cache_path, source_card_info
+from eagle3_quant.export.validation_report import read_validation
+from hub_server.fixtures import PASSED_REPORT
+
+from eagle3_quant.cli import main
+from eagle3_quant.errors import PublishError
+
+
+def write_report(folder, data) -> None:
+    (folder / "validation.json").write_text(data if isinstance(data, str) else json.dumps(data))
+
+
+def test_report_reader_states(tmp_path):
+    report = json.loads(json.dumps(PASSED_REPORT))
+    assert read_validation(tmp_path).state == "missing"
+    write_report(tmp_path, "[1, 2")
+    assert read_validation(tmp_path).state == "unreadable"
+    write_report(tmp_path, [1, 2])
+    assert read_validation(tmp_path).problem == "validation report is not a JSON object"
+    write_report(tmp_path, {**PASSED_REPORT, "passed": 1})
+    assert read_validation(tmp_path).state == "failed"  # only the JSON value true passes
+    write_report(tmp_path, PASSED_REPORT)
+    summary = read_validation(tmp_path)
+    assert summary.passed and summary.metric("acceptance_ratio") == 0.9979 and summary.target == "example-org/target"
+    assert [c.status for c in summary.checks] == ["passed", "passed", "skipped"]
+    del report["target"]
+    write_report(tmp_path, {**report, "calibration": {"target": "org/calib-target", "samples": 8}})
+    assert read_validation(tmp_path).target == "org/calib-target"  # validate records it with the calibration
+
+
+def test_report_reader_drops_values_that_are_not_finite_numbers(tmp_path):
+    write_report(tmp_path, {"report_version": 1, "passed": True, "checks": "nonsense", "kernel": [1],
+                            "metrics": {"acceptance_ratio": "0.99", "kl": float("nan"), "top1_agreement": True,
+                                        "acceptance_length_fp8": 2}})
+    summary = read_validation(tmp_path)
+    assert summary.metrics == {"acceptance_length_fp8": 2.0}
+    assert summary.checks == () and summary.kernel == {}
+
+
+def test_source_card_info_and_cache_paths(tmp_path):
+    (tmp_path / "README.md").write_text("---\nlicense: other\nlicense_name: modified-mit\ntags: [x]\n---\n# hi\n")
+    assert source_card_info(tmp_path) == {"license": "other", "license_name": "modified-mit"}
+    (tmp_path / "README.md").write_text("no front matter")
+    (tmp_path / "config.json").write_text(json.dumps({"license": "apache-2.0"}))
+    assert source_card_info(tmp_path) == {"license": "apache-2.0"}
+    snapshot = "/x/hub/models--lightseekorg--kimi-k2.5-eagle3/snapshots/" + "a" * 40
+    assert repo_id_from_cache_path(snapshot) == "lightseekorg/kimi-k2.5-eagle3"
+    assert repo_id_from_cache_path("/data/drafts/kimi") is None
+
+
+def test_card_without_manifest_is_a_clear_error(tmp_path, capsys):
+    with pytest.raises(PublishError, match="no eagle3_quant.json"):
+        make_card(tmp_path)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["card", str(tmp_path)])
+    assert exit_info.value.code == 2 and "eagle3-quant quantize" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_card_reports_measured_values_and_says_not_measured_for_the_rest(make_out):
+    report = json.loads(json.dumps(PASSED_REPORT))
+    del report["metrics"]["acceptance_length_bf16"], report["metrics"]["acceptance_length_fp8"], report["kernel"]
+    out = make_out(report)
+    card = make_card(out, "org/draft-fp8", base_model="org/draft")
+    text = card.text
+    assert card.path == out / "README.md" and card.path.read_text() == text
+    assert not list(out.glob(".README.md.tmp-*"))
+    assert f"| acceptance length, BF16 draft | {NOT_MEASURED} |" in text
+    assert f"| FP8 kernel check | {NOT_MEASURED} |" in text
+    assert "| top-1 agreement FP8 vs BF16 | 0.9912 |" in text and "| logit KL (BF16 to FP8) | 0.00131 |" in text
+    assert "| kernel_mi355x | skipped | no ROCm device |" in text
+    assert card.metadata["base_model"] == "org/draft" and card.metadata["base_model_relation"] == "quantized"
+
+
+@pytest.mark.slow
+def test_card_quantization_table_comes_from_the_manifest(make_out):
+    out = make_out()
+    manifest = json.loads((out / MANIFEST_NAME).read_text())
+    text = make_card(out, "org/draft-fp8", write=False).text
+    for layer in manifest["layers"]:
+        precision = "FP8" if layer["quantized"] else "BF16"
+        assert f"| `{layer['module']}` | {layer['shape'][0]} x {layer['shape'][1]} | {precision} |" in text
+    for pattern in manifest["exclude"]["vllm_patterns"]:
+        assert f"`{pattern}`" in text
+    for entry in manifest["outputs"]:
+        assert f"| `{entry['path']}` | {entry['size']} | `{entry['sha256']}` |" in text
+    assert f"amd-quark {manifest['versions']['amd-quark']}" in text
+    assert "| acceptance ratio FP8 / BF16 | 0.9979 |" in text
+    assert "passed on cpu, torch._scaled_mm (CPU)" in text
+    assert "| calibration | none: no data needed" in text
+    assert not (out / "README.md").exists()  # write=False
+
+
+@pytest.mark.slow
+def test_card_without_known_base_model_omits_relation_and_warns_sglang_for_quantized_fc(make_out):
+    out = make_out()
+    manifest = json.loads((out / MANIFEST_NAME).read_text())
+    for layer in manifest["layers"]:
+        if layer["role"] == "fc":
+            layer["quantized"], layer["reason"] = True, "--quantize-fc"
+    manifest["source"]["card"] = {"license": "apache-2.0"}
+    manifest["calibration"] = {"samples": 64, "tokens": 8192, "steps": 3, "input_scales": {}}
+    (out / MANIFEST_NAME).write_text(json.dumps(manifest))
+    card = make_card(out, write=False)
+    assert "base_model" not in card.metadata and "base_model_relation" not in card.metadata
+    assert card.metadata["license"] == "apache-2.0"
+    assert "**This draft cannot load in SGLang**" in card.text
+    assert "--quantize-fc" in card.text  # the reproduce command keeps the choice
+    assert "| calibration | 64 samples, 8192 draft positions over 3 draft steps (static input scales) |" in card.text
+
+
+@pytest.mark.slow
+def test_quantize_records_the_source_license(make_draft, tmp_path):
+    from eagle3_quant.quantize.api import quantize_draft
+
+    src = make_draft()
+    (src / "README.md").write_text("---\nlicense: mit\n---\n# BF16 draft card\n")
+    result = quantize_draft(src, tmp_path / "out", device="cpu")
+    assert result.manifest.data["source"]["card"] == {"license": "mit"}
+    assert not (tmp_path / "out" / "README.md").exists()  # the BF16 card is not carried over
+    write_report(tmp_path / "out", PASSED_REPORT)
+    assert make_card(tmp_path / "out", write=False).metadata["license"] == "mit"
+
+
+@pytest.mark.slow
+def test_card_cli_prints_or_writes(make_out, capsys):
+    out = make_out()
+    with pytest.raises(SystemExit) as exit_info:
+        main(["card", str(out), "--repo-id", "org/x-fp8", "--print"])
+    printed = capsys.readouterr().out
+    assert exit_info.value.code == 0 and printed.startswith("---\n") and '"model": "org/x-fp8"' in printed
+    assert not (out / "README.md").exists()
+    with pytest.raises(SystemExit) as exit_info:
+        main(["card", str(out), "--repo-id", "org/x-fp8"])
+    assert exit_info.value.code == 0 and "validation passed" in capsys.readouterr().out
+    assert printed == (out / "README.md").read_text() + "\n"  # echo adds one newline to the same text

@@ -1,0 +1,171 @@
+"""`eagle3-quant run PIPELINE.yaml`: schema, overrides, resumable stages, push to a local Hub."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from eagle3_quant.calib.format import CalibrationInfo, CalibrationSample, CalibrationWriter
+from hub_server.fixtures import PASSED_REPORT
+
+from eagle3_quant.cli import main
+from eagle3_quant.errors import PipelineSpecError
+from eagle3_quant.pipeline import run_pipeline
+from eagle3_quant.pipeline_spec import load_pipeline
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "pipelines" / "kimi-k2.5-eagle3-fp8.yaml"
+REPO = "alice/pipeline-fp8"
+
+
+def write_pipeline(tmp_path, **fields) -> Path:
+    data = {"pipeline_version": 1, "source": "org/draft", "workdir": str(tmp_path / "work"),
+            "push": {"repo_id": REPO}}
+    for key, value in fields.items():
+        if isinstance(value, dict) and isinstance(data.get(key), dict):
+            data[key] = {**data[key], **value}
+        else:
+            data[key] = value
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_example_pipeline_is_valid_and_names_the_kimi_draft():
+    spec = load_pipeline(EXAMPLE)
+    assert spec.source == "lightseekorg/kimi-k2.5-eagle3" and spec.target == "moonshotai/Kimi-K2.5"
+    assert spec.push.repo_id == "ORG/kimi-k2.5-eagle3-fp8" and spec.scheme == "ptpc_fp8"
+    assert spec.out == Path("runs/kimi-k2.5-eagle3-fp8/draft-fp8")
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"sheme": "ptpc_fp8"}, "unknown key(s) 'sheme'; valid keys: source, workdir, pipeline_version"),
+    ({"push": {"repo": "x/y"}}, "field 'push': unknown key(s) 'repo'; valid keys: repo_id, enabled"),
+    ({"quantize": {"exclude": "o_proj"}}, "field 'quantize.exclude': 'o_proj' is not a list of a strings"),
+    ({"calibrate": {"num_samples": "many"}}, "field 'calibrate.num_samples': 'many' is not an integer"),
+    ({"scheme": "int4"}, "unknown scheme 'int4'; valid schemes: ptpc_fp8, fp8"),
+    ({"scheme": "fp8"}, "field 'calibrate.data': scheme 'fp8' needs calibration data"),
+    ({"push": {"repo_id": None}}, "field 'push.repo_id': required when push is enabled"),
+    ({"pipeline_version": 2}, "version 2 is not supported"),
+])
+def test_schema_errors_name_the_field_and_the_valid_choices(tmp_path, fields, message):
+    with pytest.raises(PipelineSpecError) as info:
+        load_pipeline(write_pipeline(tmp_path, **fields))
+    assert message in str(info.value)
+
+
+def test_missing_required_field_and_bad_file(tmp_path):
+    path = tmp_path / "p.yaml"
+    path.write_text("workdir: w\npush: {enabled: false}\n")
+    with pytest.raises(PipelineSpecError, match="field 'source': required"):
+        load_pipeline(path)
+    path.write_text("source: [unclosed\n")
+    with pytest.raises(PipelineSpecError, match="not a readable YAML file"):
+        load_pipeline(path)
+    with pytest.raises(PipelineSpecError, match="no such pipeline file"):
+        load_pipeline(tmp_path / "nope.yaml")
+
+
+def test_overrides_apply_before_validation(tmp_path):
+    path = write_pipeline(tmp_path)
+    spec = load_pipeline(path, ["push.dry_run=true", "quantize.exclude=[o_proj, down_proj]", "push.tag=v2"])
+    assert spec.push.dry_run is True and spec.quantize.exclude == ["o_proj", "down_proj"] and spec.push.tag == "v2"
+    with pytest.raises(PipelineSpecError, match="unknown key"):
+        load_pipeline(path, ["push.dryrun=true"])
+    with pytest.raises(PipelineSpecError, match="is not KEY=VALUE"):
+        load_pipeline(path, ["push.dry_run"])
+
+
+def write_calibration(folder: Path, target: str, samples: int) -> None:
+    writer = CalibrationWriter(folder, CalibrationInfo(target=target, aux_layer_ids=(1, 2, 3), target_hidden_size=8),
+                               shard_samples=samples)
+    for _ in range(samples):
+        writer.add(CalibrationSample(torch.arange(4), torch.zeros(4, 24, dtype=torch.bfloat16), torch.arange(4)))
+    writer.flush()
+
+
+@pytest.mark.slow
+def test_pipeline_runs_resumes_and_pushes(make_draft, tmp_path, hub, capsys):
+    src = make_draft()
+    path = write_pipeline(tmp_path, source=str(src), target="example-org/target",
+                          push={"allow_unvalidated": True})
+    first = run_pipeline(path)
+    status = {s.name: s.status for s in first.stages}
+    assert status["calibrate"] == "skipped" and status["quantize"] == "ran" and status["push"] == "ran"
+    assert first.push.commit_oid and REPO in hub.store.repos
+    commits = hub.store.commit_count(REPO)
+
+    # a passing validation report appears (as `eagle3-quant validate` writes it): validate is skipped, the card
+    # changes, and only the card and the report are uploaded; quantize is skipped (outputs match the manifest)
+    (first.spec.out / "validation.json").write_text(json.dumps(PASSED_REPORT))
+    second = run_pipeline(path)
+    status = {s.name: s for s in second.stages}
+    assert status["quantize"].status == "skipped" and "matches its manifest" in status["quantize"].detail
+    assert status["validate"].status == "skipped" and status["validate"].detail == "present: passed"
+    assert sorted(f.path for f in second.push.uploaded) == ["README.md", "validation.json"]
+
+    # nothing changed: no commit; the CLI prints one summary table and exits 0
+    with pytest.raises(SystemExit) as exit_info:
+        main(["run", str(path)])
+    out = capsys.readouterr().out
+    assert exit_info.value.code == 0
+    assert "no commit" in out and "calibrate" in out and "skipped" in out
+    assert hub.store.commit_count(REPO) == commits + 1
+
+
+@pytest.mark.slow
+def test_pipeline_requantizes_when_exclusions_change_and_skips_present_calibration(make_draft, tmp_path, hub):
+    src = make_draft()
+    path = write_pipeline(tmp_path, source=str(src), target="example-org/target", push={"enabled": False},
+                          calibrate={"data": "some/dataset", "num_samples": 3})
+    write_calibration(tmp_path / "work" / "calib", "example-org/target", 3)
+    first = run_pipeline(path)
+    assert first.stages[0].status == "skipped" and first.stages[0].detail == "present: 3 samples, 12 tokens"
+    assert first.stages[1].status == "ran"
+    second = run_pipeline(path, ["quantize.exclude=[o_proj]"])
+    assert second.stages[1].status == "ran" and "replaced: the exclusions changed" in second.stages[1].detail
+    layers = json.loads((first.spec.out / "eagle3_quant.json").read_text())["layers"]
+    assert [d["quantized"] for d in layers if d["role"] == "o_proj"] == [False]
+    assert second.stages[3].status == "disabled" and hub.requests == []
+
+
+@pytest.mark.slow
+def test_pipeline_stops_before_push_without_validation(make_draft, tmp_path, hub, capsys):
+    path = write_pipeline(tmp_path, source=str(make_draft()))
+    with pytest.raises(SystemExit) as exit_info:
+        main(["run", str(path), "--set", "validate.enabled=false"])
+    captured = capsys.readouterr()
+    assert exit_info.value.code == 2
+    assert "error: push: " in captured.err and "refusing to publish: no validation report" in captured.err
+    assert "not run" not in captured.out and "disabled" in captured.out
+    assert hub.requests == []
+
+
+@pytest.mark.slow
+def test_unavailable_validation_blocks_the_push(make_draft, tmp_path, hub, monkeypatch):
+    import eagle3_quant
+
+    monkeypatch.delitem(eagle3_quant._LAZY, "validate_draft", raising=False)  # as before the stage is installed
+    result = run_pipeline(write_pipeline(tmp_path, source=str(make_draft())))
+    status = {s.name: s for s in result.stages}
+    assert status["validate"].status == "unavailable"
+    assert "eagle3_quant.validate_draft is not installed" in status["validate"].detail
+    assert status["push"].status == "not run" and not result.ok
+    assert hub.requests == []
+
+
+@pytest.mark.slow
+def test_pipeline_calibrates_with_the_real_stage_then_resumes(tiny_target, tiny_draft, chat_jsonl, tmp_path, hub):
+    path = write_pipeline(tmp_path, source=str(tiny_draft), target=str(tiny_target), push={"enabled": False},
+                          calibrate={"data": str(chat_jsonl), "num_samples": 5, "seq_len": 48,
+                                     "options": {"min_tokens": 4}})
+    first = run_pipeline(path)
+    calibrate = first.stages[0]
+    assert calibrate.status == "ran" and calibrate.detail.startswith("5 samples, ")
+    assert first.stages[1].status == "ran"
+    second = run_pipeline(path)
+    assert [s.status for s in second.stages[:2]] == ["skipped", "skipped"]
+    assert second.stages[0].detail.startswith("present: 5 samples")
+    assert hub.requests == []
