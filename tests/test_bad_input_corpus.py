@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from corpus.builders import tree_state
@@ -33,6 +34,13 @@ def assert_clear_line(message: str, case: BadCase) -> None:
 def test_corpus_is_large_and_covers_every_error_kind():
     assert len(CASES) >= 30
     assert len({c.error for c in CASES}) >= 8
+
+
+def test_readme_guarantees_state_the_corpus():
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = readme[readme.index("## Guarantees"):readme.index("## Layout")]
+    assert f"({len(CASES)} cases built in code)" in section
+    assert "1.1920929e-07" in section and "--allow-pickle" in section
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
