@@ -46,8 +46,9 @@ def resolve_source(src: str | Path, revision: str | None = None, include_pickle:
     from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError
 
     try:
-        local = snapshot_download(repo_id=text, revision=revision,
-                                  allow_patterns=HUB_PATTERNS + (PICKLE_PATTERNS if include_pickle else []))
+        local = snapshot_download(repo_id=text, revision=revision, allow_patterns=HUB_PATTERNS)
+        if include_pickle and not any(Path(local).glob("*.safetensors")):  # pickles only when nothing else
+            local = snapshot_download(repo_id=text, revision=revision, allow_patterns=HUB_PATTERNS + PICKLE_PATTERNS)
     except RepositoryNotFoundError as exc:
         raise SourceNotFoundError("Hub repository not found (or private without a token)", path=text) from exc
     except LocalEntryNotFoundError as exc:

@@ -6,10 +6,10 @@ import hashlib
 import shutil
 
 import pytest
-from corpus.builders import SINGLE, tiny
+from corpus.builders import SINGLE, pickle_draft, tiny
 
 from eagle3_quant.draft import read_draft
-from eagle3_quant.errors import CheckpointFileError
+from eagle3_quant.errors import CheckpointFileError, DraftFormatError
 
 
 def as_hub_cache(src, cache_root):
@@ -48,3 +48,28 @@ def test_a_linked_folder_leading_outside_is_refused(tmp_path):
     (src / "extras").symlink_to(tmp_path / "home", target_is_directory=True)
     with pytest.raises(CheckpointFileError, match="'extras' is a link leading outside"):
         read_draft(src)
+
+
+def upload(hub_client, folder, repo_id):
+    hub_client.create_repo(repo_id, exist_ok=True)
+    hub_client.upload_folder(repo_id=repo_id, folder_path=str(folder))
+
+
+def test_a_hub_draft_reads_through_the_cache_links(hub, hub_client, tmp_path):
+    upload(hub_client, tiny(tmp_path), "alice/tiny-draft")
+    draft = read_draft("alice/tiny-draft")
+    assert draft.source.repo_id == "alice/tiny-draft" and (draft.path / SINGLE).is_symlink()
+    assert draft.checkpoint.tensors["fc.weight"].shape == (64, 192)
+
+
+@pytest.mark.slow
+def test_a_pickle_only_hub_draft_is_fetched_and_converted_only_with_opt_in(hub, hub_client, tmp_path):
+    from eagle3_quant.quantize.api import quantize_draft
+
+    upload(hub_client, pickle_draft(tmp_path / "pkl"), "alice/pickle-draft")
+    with pytest.raises(DraftFormatError, match="no \\*.safetensors weights found"):
+        quantize_draft("alice/pickle-draft", tmp_path / "out", device="cpu")
+    result = quantize_draft("alice/pickle-draft", tmp_path / "out", device="cpu", allow_pickle=True)
+    assert result.manifest.data["source"]["repo_id"] == "alice/pickle-draft"
+    assert result.manifest.data["source"]["pickle_converted"] is True
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "pkl"]
