@@ -47,6 +47,27 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def _auto_exclude(draft, scheme: str, plan: QuantPlan, calib, threshold: float, device: str,
+                  ) -> tuple[dict, dict[str, str]]:
+    """Measure the planned groups' sensitivity: (report for the manifest, role -> reason to keep it BF16)."""
+    if calib is None:
+        raise SchemeError("--auto-exclude measures layer sensitivity on calibration data: give --calib CAL",
+                          field="calib")
+    if not 0.0 <= threshold < 1.0:
+        raise SchemeError(f"--auto-exclude {threshold} is not a fraction of positions in [0, 1)",
+                          field="auto_exclude")
+    from eagle3_quant.quantize.sensitivity import linear_groups, measure_sensitivity
+
+    planned = {d.role for d in plan.quantized}
+    groups = [g for g, (roles, _) in linear_groups(draft).items() if set(roles) <= planned]
+    report = measure_sensitivity(draft.path, calib, scheme, device, groups=groups)
+    reasons = {role: f"auto-exclude: quantizing {g.group} alone changes the draft's top-1 on "
+                     f"{g.disagreement:.2%} of {report.positions} calibration positions (> {threshold:.2%}), "
+                     f"KL {g.kl:.3g}"
+               for g in report.above(threshold) for role in g.roles}
+    return {"threshold": threshold, **report.to_dict()}, reasons
+
+
 def quantize_draft(
     src: str | Path,
     out: str | Path,
@@ -58,17 +79,20 @@ def quantize_draft(
     force: bool = False,
     revision: str | None = None,
     calib: str | Path | None = None,
+    auto_exclude: float | None = None,
     verbose: bool = False,
     allow_pickle: bool = False,
 ) -> QuantizeResult:
     """Quantize an Eagle3 draft with Quark; write OUT atomically; return what was decided and written.
 
     `exclude` adds module names to the default BF16 set (fc, lm_head); `quantize_fc` removes fc from it.
+    `auto_exclude` (needs `calib`): also keep BF16 every layer group whose quantization alone changes the
+    draft's top-1 token on more than this fraction of calibration positions (see `measure_sensitivity`).
     `allow_pickle` accepts a draft with only pickle weights: loaded with torch.load(weights_only=True) and
     converted to safetensors beside OUT (the source is only read).
     """
     options = dict(scheme=scheme, exclude=exclude, device=device, quantize_fc=quantize_fc, force=force,
-                   calib=calib, verbose=verbose)
+                   calib=calib, auto_exclude=auto_exclude, verbose=verbose)
     if allow_pickle:
         get_scheme(scheme)
         source = resolve_source(src, revision, include_pickle=True)
@@ -78,9 +102,16 @@ def quantize_draft(
     return _quantize(src, out, revision, **options)
 
 
+def _check_resources(draft, out: Path, plan: QuantPlan, in_memory: bool) -> None:
+    quantized = {d.module for d in plan.quantized}
+    output_bytes = estimate_output_bytes(draft, quantized, static_input=not plan.scheme.input.dynamic)
+    check_resources(draft, out, output_bytes, {m + ".weight" for m in quantized}, per_shard=not in_memory)
+
+
 def _quantize(src: str | Path, out: str | Path, revision: str | None, *, scheme: str,
               exclude: Sequence[str] | None, device: str | None, quantize_fc: bool, force: bool,
-              calib: str | Path | None, verbose: bool, origin: DraftSource | None = None) -> QuantizeResult:
+              calib: str | Path | None, auto_exclude: float | None, verbose: bool,
+              origin: DraftSource | None = None) -> QuantizeResult:
     started = time.perf_counter()
     chosen = get_scheme(scheme)
     if chosen.needs_calibration and calib is None:
@@ -89,12 +120,19 @@ def _quantize(src: str | Path, out: str | Path, revision: str | None, *, scheme:
     draft = read_draft(src, revision)
     out = check_output_target(Path(out), draft.path, force)
     plan = make_plan(draft, chosen, exclude, quantize_fc)
-    check_resources(draft, out, estimate_output_bytes(draft, {d.module for d in plan.quantized},
-                                                      static_input=not chosen.input.dynamic),
-                    {d.module + ".weight" for d in plan.quantized}, per_shard=not chosen.needs_calibration)
+    in_memory = chosen.needs_calibration or auto_exclude is not None   # the whole draft held at once
+    _check_resources(draft, out, plan, in_memory)
     check_finite(draft)
     check_vocab_map(draft)
     device = device or default_device()
+    sensitivity = None
+    if auto_exclude is not None:
+        sensitivity, reasons = _auto_exclude(draft, chosen.name, plan, calib, auto_exclude, device)
+        plan = make_plan(draft, chosen, exclude, quantize_fc, reasons)
+        if not plan.quantized:
+            raise SchemeError(f"--auto-exclude {auto_exclude} keeps every linear BF16: nothing left to quantize",
+                              field="auto_exclude")
+        _check_resources(draft, out, plan, in_memory)   # fewer linears quantized: a larger output
 
     with staged_output(out, draft.path, force) as staging, ThreadPoolExecutor(1) as pool:
         source = origin or draft.source
@@ -130,5 +168,6 @@ def _quantize(src: str | Path, out: str | Path, revision: str | None, *, scheme:
                         "quantized": d.quantize, "reason": d.reason} for d in plan.decisions],
             "device": device,
             **({"calibration": calibration} if calibration else {}),
+            **({"sensitivity": sensitivity} if sensitivity else {}),
         }, inputs.result())
     return QuantizeResult(out, manifest, plan, loader, time.perf_counter() - started)

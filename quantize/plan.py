@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from eagle3_quant.draft import DraftCheckpoint
@@ -68,8 +68,9 @@ def resolve_exclude_names(draft: DraftCheckpoint, names: Sequence[str]) -> dict[
 
 
 def make_plan(draft: DraftCheckpoint, scheme: Scheme, exclude: Sequence[str] | None = None,
-              quantize_fc: bool = False) -> QuantPlan:
-    """Default exclusions are fc and lm_head; `exclude` adds to them; `quantize_fc` drops fc."""
+              quantize_fc: bool = False, auto_excluded: Mapping[str, str] | None = None) -> QuantPlan:
+    """Default exclusions are fc and lm_head; `exclude` adds to them; `quantize_fc` drops fc;
+    `auto_excluded` (role -> reason, from measured sensitivity) keeps more linears BF16."""
     user = resolve_exclude_names(draft, exclude or ())
     if quantize_fc and "fc" in user:
         raise SchemeError("--quantize-fc contradicts --exclude fc", field="exclude")
@@ -80,6 +81,8 @@ def make_plan(draft: DraftCheckpoint, scheme: Scheme, exclude: Sequence[str] | N
             keep, reason = False, f"excluded by request ({user[lin.role]})"
         elif lin.role in defaults:
             keep, reason = False, defaults[lin.role]
+        elif auto_excluded and lin.role in auto_excluded:
+            keep, reason = False, auto_excluded[lin.role]
         else:
             keep, reason = True, scheme.name
         decisions.append(LayerDecision(lin.role, lin.module, lin.out_features, lin.in_features, keep, reason))

@@ -21,19 +21,15 @@ def import_quark(verbose: bool = False):
 
 @contextlib.contextmanager
 def quark_quiet(verbose: bool = False) -> Iterator[None]:
-    """Hide Quark's stdout chatter and INFO logs unless `verbose`."""
+    """Hide Quark's chatter (stdout, its tqdm bars on stderr) and INFO logs unless `verbose`.
+    Failures still surface: Quark raises, and callers wrap the exception."""
     if verbose:
         yield
         return
-    previous, tqdm_env = logging.root.manager.disable, os.environ.get("TQDM_DISABLE")
+    previous = logging.root.manager.disable
     logging.disable(logging.INFO)
-    os.environ["TQDM_DISABLE"] = "1"      # Quark's progress bars
     try:
-        with contextlib.redirect_stdout(io.StringIO()):
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             yield
     finally:
         logging.disable(previous)
-        if tqdm_env is None:
-            os.environ.pop("TQDM_DISABLE", None)
-        else:
-            os.environ["TQDM_DISABLE"] = tqdm_env

@@ -14,18 +14,20 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import torch
-from eagle3_quant.calib.format import CalibrationSet, load_calibration
+from eagle3_quant.calib.format import load_calibration
+from eagle3_quant.quantize.calibration import (
+    CALIBRATION_STEPS,
+    calibration_batches,
+    calibration_embedding,
+    check_calibration,
+)
 from eagle3_quant.quantize.plan import QuantPlan
 from eagle3_quant.quantize.quark_file import quark_config, quark_exclude_modules
 from eagle3_quant.quantize.quark_import import import_quark, quark_quiet
 from safetensors import safe_open
 
 from eagle3_quant.draft import DraftCheckpoint
-from eagle3_quant.errors import DraftFormatError, Eagle3QuantError, QuantizationError
-from eagle3_quant.layout import EMBEDDING_NAMES
-
-CALIBRATION_STEPS = 3     # vLLM's usual num_speculative_tokens for Eagle3 drafts
+from eagle3_quant.errors import QuantizationError
 
 
 @dataclass(frozen=True)
@@ -38,41 +40,6 @@ class StaticCalibration:
 
     def to_dict(self) -> dict:
         return {**asdict(self), "calib_path": str(self.calib_path)}
-
-
-def check_calibration(draft: DraftCheckpoint, calib: CalibrationSet) -> None:
-    if calib.info.target_hidden_size != draft.config.target_hidden_size:
-        raise DraftFormatError(f"calibration hidden states are {calib.info.target_hidden_size} wide per layer, the "
-                               f"draft's fc expects target_hidden_size {draft.config.target_hidden_size}",
-                               path=calib.path, field="info.target_hidden_size")
-    if calib.num_samples == 0:
-        raise DraftFormatError("the calibration set holds no samples", path=calib.path)
-
-
-def calibration_embedding(draft: DraftCheckpoint, calib: CalibrationSet) -> torch.Tensor | None:
-    """None when the draft has its own embedding; else the target's, found through the set's info.target."""
-    if any(name in draft.checkpoint.tensors for name in EMBEDDING_NAMES):
-        return None
-    from eagle3_quant.runtime.embedding import read_target_embedding
-
-    try:
-        return read_target_embedding(calib.info.target)
-    except Eagle3QuantError as exc:
-        raise DraftFormatError(f"the draft has no embedding and the target's could not be read ({exc.message})",
-                               path=calib.path, field="info.target",
-                               hint="the calibration set must name the target's folder or Hub id") from exc
-
-
-def calibration_batches(calib: CalibrationSet, device: str | torch.device) -> list[dict[str, torch.Tensor]]:
-    from eagle3_quant.runtime.drafting import draft_inputs
-
-    batches = []
-    for sample in calib.samples():
-        if sample.input_ids.numel() < 2:
-            continue
-        ids, aux, _ = draft_inputs(sample.input_ids, sample.aux_hidden_states, sample.target_next_ids)
-        batches.append({"input_ids": ids.to(device), "aux_hidden_states": aux.to(device)})
-    return batches
 
 
 def _restore_config(out: Path, source_config: dict) -> None:

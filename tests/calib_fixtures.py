@@ -34,3 +34,20 @@ def write_calibration(folder: Path, target: Path, *, samples: int = 6, seq_len: 
         writer.add(CalibrationSample(ids, aux.to(torch.bfloat16), torch.roll(ids, -1)))
     writer.flush()
     return folder
+
+
+@torch.no_grad()
+def compare_drafts(base, other, cal: Path) -> tuple[float, float]:
+    """(top-1 disagreement, mean KL(base || other)) of two runtime drafts on a calibration set's positions."""
+    from eagle3_quant.calib.format import load_calibration
+    from eagle3_quant.quantize.calibration import calibration_batches
+
+    differ = positions = 0
+    kl = 0.0
+    for batch in calibration_batches(load_calibration(cal), "cpu"):
+        p = torch.log_softmax(base(batch["input_ids"], batch["aux_hidden_states"])[0].float(), -1)
+        q = torch.log_softmax(other(batch["input_ids"], batch["aux_hidden_states"])[0].float(), -1)
+        differ += int((p.argmax(-1) != q.argmax(-1)).sum())
+        kl += float((p.exp() * (p - q)).sum())
+        positions += p.shape[1]
+    return differ / positions, kl / positions

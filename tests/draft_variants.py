@@ -1,4 +1,4 @@
-"""Tiny Eagle3 draft checkpoints for every architecture variant the runtime supports, and an
+"""Tiny Eagle3 draft checkpoints for every architecture variant the runtime supports (float and FP8), and an
 independent straightforward float64 reference forward to compare the runtime with."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from transformers import LlamaConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 from eagle3_quant.formats import DraftFormat
+from eagle3_quant.runtime import fp8
 from eagle3_quant.synthetic import SHAPES, DraftShape, synthetic_config, synthetic_tensors
 
 TINY = SHAPES["tiny"]   # hidden 64, intermediate 160, 4 heads, 2 KV heads, head_dim 16, vocab 512, draft vocab 256
@@ -72,6 +73,25 @@ def write_variant(folder: Path, name: str, seed: int = 0) -> Path:
     (folder / "config.json").write_text(json.dumps(config, indent=2))
     save_file(tensors, folder / "model.safetensors")
     return folder
+
+
+def write_fp8_checkpoint(src, out, static: bool, per_tensor: bool, skip=("fc", "lm_head")):
+    """An FP8 checkpoint in the layout this project writes (weight F8_E4M3 + weight_scale [+ input_scale])."""
+    tensors = load_file(src / "model.safetensors")
+    gen = torch.Generator().manual_seed(3)
+    for name in [n for n in tensors if n.endswith("_proj.weight") and n.split(".")[0] not in skip]:
+        module = name.removesuffix(".weight")
+        quantize = fp8.quantize_weight_per_tensor if per_tensor else fp8.quantize_weight_per_channel
+        tensors[name], tensors[module + ".weight_scale"] = quantize(tensors[name].float())
+        if static:
+            tensors[module + ".input_scale"] = (0.01 + 0.02 * torch.rand(1, generator=gen))
+    config = json.loads((src / "config.json").read_text())
+    config["quantization_config"] = {"quant_method": "quark", "global_quant_config": {
+        "input_tensors": {"dtype": "fp8_e4m3", "is_dynamic": not static}}}
+    out.mkdir()
+    (out / "config.json").write_text(json.dumps(config))
+    save_file(tensors, out / "model.safetensors")
+    return out
 
 
 # ---- independent reference -------------------------------------------------------------------------

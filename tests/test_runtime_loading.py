@@ -6,12 +6,12 @@ import json
 
 import pytest
 import torch
+from draft_variants import write_fp8_checkpoint
 from safetensors.torch import load_file, save_file
 
 from eagle3_quant import load_draft
 from eagle3_quant.errors import DraftFormatError
 from eagle3_quant.formats import DraftFormat
-from eagle3_quant.runtime import fp8
 from eagle3_quant.runtime.fp8_linear import Fp8Linear
 
 T = 10
@@ -105,30 +105,11 @@ def test_unknown_and_missing_tensors_are_refused(make_draft):
         load_draft(src)
 
 
-def _write_fp8(src, out, static: bool, per_tensor: bool, skip=("fc", "lm_head")):
-    """An FP8 checkpoint in the layout this project writes (weight F8_E4M3 + weight_scale [+ input_scale])."""
-    tensors = load_file(src / "model.safetensors")
-    gen = torch.Generator().manual_seed(3)
-    for name in [n for n in tensors if n.endswith("_proj.weight") and n.split(".")[0] not in skip]:
-        module = name.removesuffix(".weight")
-        quantize = fp8.quantize_weight_per_tensor if per_tensor else fp8.quantize_weight_per_channel
-        tensors[name], tensors[module + ".weight_scale"] = quantize(tensors[name].float())
-        if static:
-            tensors[module + ".input_scale"] = (0.01 + 0.02 * torch.rand(1, generator=gen))
-    config = json.loads((src / "config.json").read_text())
-    config["quantization_config"] = {"quant_method": "quark", "global_quant_config": {
-        "input_tensors": {"dtype": "fp8_e4m3", "is_dynamic": not static}}}
-    out.mkdir()
-    (out / "config.json").write_text(json.dumps(config))
-    save_file(tensors, out / "model.safetensors")
-    return out
-
-
 @pytest.mark.parametrize("static,per_tensor", [(False, False), (True, True), (True, False)])
 def test_fp8_checkpoint_scaled_mm_equals_dequantized_reference(tmp_path, make_draft, static, per_tensor):
     ids, aux, emb = _batch()
     src = make_draft()
-    out = _write_fp8(src, tmp_path / "fp8", static, per_tensor)
+    out = write_fp8_checkpoint(src, tmp_path / "fp8", static, per_tensor)
     fast = load_draft(out, embedding=emb)
     ref = load_draft(out, embedding=emb, fp8_mode="dequant")
     quantized = [m for m in fast.modules() if isinstance(m, Fp8Linear)]
@@ -143,7 +124,7 @@ def test_fp8_checkpoint_scaled_mm_equals_dequantized_reference(tmp_path, make_dr
 
 
 def test_fused_shards_share_scales_as_vllm_fuses_them(tmp_path, make_draft):
-    out = _write_fp8(make_draft(), tmp_path / "fp8", static=True, per_tensor=True)
+    out = write_fp8_checkpoint(make_draft(), tmp_path / "fp8", static=True, per_tensor=True)
     draft = load_draft(out)
     stored = load_file(out / "model.safetensors")
     attn = draft.layer.self_attn
@@ -158,7 +139,7 @@ def test_fused_shards_share_scales_as_vllm_fuses_them(tmp_path, make_draft):
 
 def test_half_quantized_fused_group_is_refused(tmp_path, make_draft):
     src = make_draft()
-    out = _write_fp8(src, tmp_path / "fp8", static=False, per_tensor=False)
+    out = write_fp8_checkpoint(src, tmp_path / "fp8", static=False, per_tensor=False)
     tensors = load_file(out / "model.safetensors")
     tensors["midlayer.self_attn.k_proj.weight"] = load_file(src / "model.safetensors")[
         "midlayer.self_attn.k_proj.weight"]
@@ -169,7 +150,7 @@ def test_half_quantized_fused_group_is_refused(tmp_path, make_draft):
 
 
 def test_static_config_without_input_scale_is_refused(tmp_path, make_draft):
-    out = _write_fp8(make_draft(), tmp_path / "fp8", static=False, per_tensor=True)
+    out = write_fp8_checkpoint(make_draft(), tmp_path / "fp8", static=False, per_tensor=True)
     config = json.loads((out / "config.json").read_text())
     config["quantization_config"]["global_quant_config"]["input_tensors"]["is_dynamic"] = False
     (out / "config.json").write_text(json.dumps(config))

@@ -27,7 +27,10 @@ def quantize_command(
     quantize_fc: Annotated[bool, typer.Option("--quantize-fc", help="Quantize fc too (SGLang cannot load it).")]
     = False,
     device: Annotated[Device | None, typer.Option(help="Device for Quark (default: cuda if available).")] = None,
-    calib: Annotated[Path | None, typer.Option(help="Calibration set (static schemes).")] = None,
+    calib: Annotated[Path | None, typer.Option(help="Calibration set (static schemes, --auto-exclude).")] = None,
+    auto_exclude: Annotated[float | None, typer.Option(
+        help="Keep BF16 every layer group whose FP8 quantization alone changes the draft's top-1 token on more "
+             "than this fraction of calibration positions (needs --calib; see `sensitivity`).")] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace OUT if it exists.")] = False,
     revision: Annotated[str | None, typer.Option(help="Hub revision of SRC.")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", help="Show Quark's own log.")] = False,
@@ -43,8 +46,8 @@ def quantize_command(
         console.print("[yellow]warning:[/] --quantize-fc: SGLang's Eagle3 loader keeps fc as a plain Linear and "
                       "cannot load a quantized fc; vLLM can.")
     result = quantize_draft(src, out, scheme.value, exclude, device.value if device else None,
-                            quantize_fc=quantize_fc, force=force, revision=revision, calib=calib, verbose=verbose,
-                            allow_pickle=allow_pickle)
+                            quantize_fc=quantize_fc, force=force, revision=revision, calib=calib,
+                            auto_exclude=auto_exclude, verbose=verbose, allow_pickle=allow_pickle)
     print_loader_check(result.loader_check)
     outputs = result.manifest.outputs
     console.print(f"wrote {result.output} in {result.seconds:.1f} s: {len(outputs)} files, "

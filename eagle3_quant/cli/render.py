@@ -65,3 +65,19 @@ def print_loader_check(check, depth: int | None = None) -> None:
     console.print(table)
     for problem in check.config_problems:
         console.print(f"[red]config:[/] {problem}")
+
+
+def print_sensitivity(report) -> None:
+    table = Table(title=f"sensitivity of {report.source} to {report.scheme} ({report.samples} samples, "
+                        f"{report.positions} positions, first draft step; baseline top-1 = target's next token "
+                        f"{report.baseline_target_agreement:.2%})")
+    for col in ("rank", "layer group", "default plan", "top-1 agreement", "disagreement", "KL (nats)",
+                "target agreement"):
+        table.add_column(col, justify="right" if col not in ("layer group", "default plan") else "left")
+    rows = [(str(i), g) for i, g in enumerate(report.groups, 1)] + [("all", report.default_plan)]
+    for rank, g in rows:
+        table.add_row(rank, g.group, "FP8" if g.default_quantized else "BF16", f"{1 - g.disagreement:.2%}",
+                      f"{g.disagreement:.2%}", f"{g.kl:.3g}",
+                      f"{g.target_agreement:.2%} ({g.target_agreement - report.baseline_target_agreement:+.2%})")
+    console.print(table)
+    console.print("--auto-exclude T keeps BF16 every group whose disagreement is above T (a fraction, e.g. 0.01).")

@@ -1,0 +1,59 @@
+"""What static FP8 and sensitivity share: checking a calibration set against a draft, the embedding the
+draft reads it with, and the batches aligned as vLLM feeds the draft (see ``calib/format.py``)."""
+
+from __future__ import annotations
+
+import torch
+from eagle3_quant.calib.format import CalibrationSet
+
+from eagle3_quant.draft import DraftCheckpoint
+from eagle3_quant.errors import DraftFormatError, Eagle3QuantError
+from eagle3_quant.layout import EMBEDDING_NAMES
+
+# Draft steps run from every calibration position when observing activations: vLLM's usual
+# num_speculative_tokens for Eagle3 drafts, so later steps (fed the draft's own hidden) are covered too.
+CALIBRATION_STEPS = 3
+
+
+def check_calibration(draft: DraftCheckpoint, calib: CalibrationSet) -> None:
+    if calib.info.target_hidden_size != draft.config.target_hidden_size:
+        raise DraftFormatError(f"calibration hidden states are {calib.info.target_hidden_size} wide per layer, the "
+                               f"draft's fc expects target_hidden_size {draft.config.target_hidden_size}",
+                               path=calib.path, field="info.target_hidden_size")
+    if calib.num_samples == 0:
+        raise DraftFormatError("the calibration set holds no samples", path=calib.path)
+
+
+def calibration_embedding(draft: DraftCheckpoint, calib: CalibrationSet) -> torch.Tensor | None:
+    """None when the draft has its own embedding; else the target's, found through the set's info.target."""
+    if any(name in draft.checkpoint.tensors for name in EMBEDDING_NAMES):
+        return None
+    from eagle3_quant.runtime.embedding import read_target_embedding
+
+    try:
+        return read_target_embedding(calib.info.target)
+    except Eagle3QuantError as exc:
+        raise DraftFormatError(f"the draft has no embedding and the target's could not be read ({exc.message})",
+                               path=calib.path, field="info.target",
+                               hint="the calibration set must name the target's folder or Hub id") from exc
+
+
+def calibration_batches(calib: CalibrationSet, device: str | torch.device, with_targets: bool = False,
+                        max_samples: int | None = None) -> list[dict[str, torch.Tensor]]:
+    """One batch per sample: ``input_ids`` [1, T-1], ``aux_hidden_states`` [1, T-1, 3Ht] (the draft's forward
+    arguments), plus ``targets`` [1, T-1] (the target's token where the draft predicts) when asked."""
+    from eagle3_quant.runtime.drafting import draft_inputs
+
+    batches = []
+    for i, sample in enumerate(calib.samples()):
+        if max_samples is not None and len(batches) >= max_samples:
+            break
+        sample.check(calib.info.target_hidden_size, f"{calib.path} sample {i}")
+        if sample.input_ids.numel() < 2:
+            continue
+        ids, aux, targets = draft_inputs(sample.input_ids, sample.aux_hidden_states, sample.target_next_ids)
+        batch = {"input_ids": ids.to(device), "aux_hidden_states": aux.to(device)}
+        if with_targets:
+            batch["targets"] = targets.to(device)
+        batches.append(batch)
+    return batches

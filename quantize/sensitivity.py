@@ -1,0 +1,211 @@
+"""Layer sensitivity: quantize one linear group at a time, measure the draft on the calibration set.
+
+A group is what vLLM runs as one layer: ``fc``, ``qkv_proj`` (q/k/v), ``o_proj``, ``gate_up_proj`` (gate/up),
+``down_proj``, ``lm_head``. For each group, only its linears become FP8 (the weights Quark would write,
+bit for bit, run with vLLM's math by the runtime: PTPC = per-channel weights and per-token dynamic inputs;
+fp8 = per-tensor weights and static input scales from the calibration absmax / 448, over
+`CALIBRATION_STEPS` draft steps as static FP8 does). Every
+calibration position is then drafted once (the first draft step: the target's aux states in) and compared
+with the unquantized draft on the same position:
+
+- ``disagreement``: fraction of positions whose top-1 draft token differs from the unquantized draft's;
+- ``kl``: mean KL(P_unquantized || P_quantized) over positions, in nats;
+- ``target_agreement``: fraction of positions where the draft's top-1 is the target's own next token.
+
+``quantize --auto-exclude THRESHOLD`` keeps BF16 every group whose ``disagreement`` is above THRESHOLD.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from eagle3_quant.calib.format import load_calibration
+from eagle3_quant.quantize.calibration import (
+    CALIBRATION_STEPS,
+    calibration_batches,
+    calibration_embedding,
+    check_calibration,
+)
+from eagle3_quant.quantize.plan import make_plan
+
+from eagle3_quant.draft import DraftCheckpoint, read_draft
+from eagle3_quant.errors import SchemeError
+from eagle3_quant.layout import FUSED_GROUPS
+from eagle3_quant.schemes import DEFAULT_SCHEME, Scheme, get_scheme
+
+FUSED_BY_ROLE = {role: fused for fused, roles in FUSED_GROUPS.items() for role in roles}
+
+
+@dataclass(frozen=True)
+class GroupSensitivity:
+    group: str                   # vLLM layer: fc, qkv_proj, o_proj, gate_up_proj, down_proj, lm_head
+    roles: tuple[str, ...]
+    modules: tuple[str, ...]     # checkpoint module names
+    default_quantized: bool      # whether the default plan quantizes it
+    disagreement: float          # top-1 differs from the unquantized draft (fraction of positions)
+    kl: float                    # mean KL(P_unquantized || P_quantized), nats
+    target_agreement: float      # top-1 equals the target's next token (fraction of positions)
+
+
+@dataclass(frozen=True)
+class SensitivityReport:
+    source: str
+    scheme: str
+    calib_path: Path
+    samples: int
+    positions: int
+    baseline_target_agreement: float          # the unquantized draft's top-1 == target's next token
+    groups: tuple[GroupSensitivity, ...]      # most sensitive first: disagreement, then KL
+    default_plan: GroupSensitivity            # every group the default plan quantizes, all at once
+    seconds: float
+
+    def above(self, threshold: float) -> tuple[GroupSensitivity, ...]:
+        """Groups past an --auto-exclude threshold (disagreement strictly above it)."""
+        return tuple(g for g in self.groups if g.disagreement > threshold)
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "calib_path": str(self.calib_path)}
+
+
+def linear_groups(draft: DraftCheckpoint) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
+    """vLLM layer name -> (roles, checkpoint modules), in checkpoint order."""
+    groups: dict[str, tuple[list[str], list[str]]] = {}
+    for lin in draft.layout.linears:
+        roles, modules = groups.setdefault(FUSED_BY_ROLE.get(lin.role, lin.role), ([], []))
+        roles.append(lin.role)
+        modules.append(lin.module)
+    return {name: (tuple(r), tuple(m)) for name, (r, m) in groups.items()}
+
+
+def _input_absmax(runtime, batches: list[dict], steps: int) -> dict[str, float]:
+    seen: dict[str, float] = {}
+    hooks = []
+    for name, module in runtime.linears().items():
+        def record(_m, args, _out, name=name):
+            seen[name] = max(seen.get(name, 0.0), float(args[0].detach().abs().max()))
+        hooks.append(module.register_forward_hook(record))
+    try:
+        for batch in batches:
+            runtime.propose_all(batch["input_ids"], batch["aux_hidden_states"], steps)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return seen
+
+
+def quark_weight(weight: torch.Tensor, scheme: Scheme) -> tuple[torch.Tensor, torch.Tensor]:
+    """The FP8 weight and fp32 scale Quark 0.13 writes for `weight` in this project's pipeline, bit for bit.
+
+    The scale is max|w| / 448 (per row for PTPC, per tensor for fp8), but Quark rounds w / scale to the
+    weight's dtype before the FP8 cast: the file-to-file path (PTPC) divides by the scale rounded to that
+    dtype, the in-memory path (static fp8) rounds the fp32 quotient. For a bf16 weight about 3% of values
+    land one FP8 step from round-to-nearest of the exact quotient.
+    """
+    from eagle3_quant.runtime import fp8
+
+    per_channel = scheme.weight.granularity == "per_channel"
+    _, scale = (fp8.quantize_weight_per_channel if per_channel else fp8.quantize_weight_per_tensor)(weight)
+    column = scale.reshape(-1, 1)
+    if scheme.needs_calibration:
+        quotient = (weight.float() / column).to(weight.dtype)
+    else:
+        quotient = weight / column.to(weight.dtype)
+    return quotient.float().clamp(-fp8.FP8_MAX, fp8.FP8_MAX).to(fp8.FP8_DTYPE), scale
+
+
+def _fp8_versions(runtime, scheme: Scheme, batches: list[dict], groups: dict) -> dict[str, torch.nn.Module]:
+    """An FP8 twin of every linear, as vLLM would run the artifact (fused shards harmonized)."""
+    from eagle3_quant.runtime.fp8_linear import Fp8Linear, harmonize_fused
+
+    absmax = _input_absmax(runtime, batches, CALIBRATION_STEPS) if not scheme.input.dynamic else {}
+    out = {}
+    for name, linear in runtime.linears().items():
+        input_scale = None
+        if not scheme.input.dynamic:
+            input_scale = torch.tensor([max(absmax[name], 1e-12) / 448.0], dtype=torch.float32,
+                                       device=linear.weight.device)
+        weight, scale = quark_weight(linear.weight.detach(), scheme)
+        bias = linear.bias.detach() if linear.bias is not None else None
+        out[name] = Fp8Linear(weight, scale, input_scale, bias)
+    for fused in FUSED_GROUPS:
+        harmonize_fused([out[m] for m in groups[fused][1]])
+    return out
+
+
+class _Tally:
+    def __init__(self) -> None:
+        self.positions = self.differ = self.target_hits = 0
+        self.kl = 0.0
+
+    def add(self, base_logp: torch.Tensor, logits: torch.Tensor, targets: torch.Tensor) -> None:
+        logp = torch.log_softmax(logits.float(), dim=-1)
+        self.kl += float((base_logp.exp() * (base_logp - logp)).sum(-1).sum())
+        top = logits.argmax(-1)
+        self.differ += int((top != base_logp.argmax(-1)).sum())
+        self.target_hits += int((top == targets).sum())
+        self.positions += top.numel()
+
+    def result(self, name: str, roles, modules, default_quantized: bool) -> GroupSensitivity:
+        n = max(self.positions, 1)
+        return GroupSensitivity(name, tuple(roles), tuple(modules), default_quantized, self.differ / n,
+                                self.kl / n, self.target_hits / n)
+
+
+@torch.no_grad()
+def measure_sensitivity(src: str | Path, calib: str | Path, scheme: str = DEFAULT_SCHEME,
+                        device: str | None = None, *, groups: Sequence[str] | None = None,
+                        max_samples: int | None = None, revision: str | None = None) -> SensitivityReport:
+    """Quantize each linear group alone (and the default plan's groups together) and measure the draft."""
+    from eagle3_quant.runtime.loading import load_draft
+
+    started = time.perf_counter()
+    chosen = get_scheme(scheme)
+    draft = read_draft(src, revision)
+    calibration = load_calibration(calib)
+    check_calibration(draft, calibration)
+    all_groups = linear_groups(draft)
+    wanted = list(groups) if groups is not None else list(all_groups)
+    unknown = [g for g in wanted if g not in all_groups]
+    if unknown:
+        raise SchemeError(f"unknown layer group {unknown[0]!r}; valid: {', '.join(all_groups)}", field="groups")
+    default = {d.role for d in make_plan(draft, chosen).quantized}
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    runtime = load_draft(draft.path, device=device, embedding=calibration_embedding(draft, calibration))
+    batches = calibration_batches(calibration, device, with_targets=True, max_samples=max_samples)
+    fp8_linears = _fp8_versions(runtime, chosen, batches, all_groups)
+    float_linears = runtime.linears()
+    candidates = {g: all_groups[g][1] for g in wanted}
+    candidates["<default plan>"] = tuple(m for g in all_groups.values() for r, m in zip(*g, strict=True)
+                                         if r in default)
+    tallies = {name: _Tally() for name in candidates}
+    baseline = _Tally()
+
+    def swap(modules, table):
+        for module in modules:
+            parent, _, child = module.rpartition(".")
+            setattr(runtime.get_submodule(parent) if parent else runtime, child, table[module])
+
+    for batch in batches:
+        logits, _ = runtime(batch["input_ids"], batch["aux_hidden_states"])
+        base_logp = torch.log_softmax(logits.float(), dim=-1)
+        baseline.add(base_logp, logits, batch["targets"])
+        for name, modules in candidates.items():
+            swap(modules, fp8_linears)
+            try:
+                tallies[name].add(base_logp, runtime(batch["input_ids"], batch["aux_hidden_states"])[0],
+                                  batch["targets"])
+            finally:
+                swap(modules, float_linears)
+
+    results = [tallies[g].result(g, all_groups[g][0], all_groups[g][1], all(r in default for r in all_groups[g][0]))
+               for g in wanted]
+    results.sort(key=lambda r: (-r.disagreement, -r.kl))
+    combined = tallies["<default plan>"].result("<default plan>", tuple(sorted(default)),
+                                                candidates["<default plan>"], True)
+    return SensitivityReport(str(draft.source.describe()), chosen.name, Path(calib), len(batches),
+                             baseline.positions, baseline.target_hits / max(baseline.positions, 1), tuple(results),
+                             combined, time.perf_counter() - started)
