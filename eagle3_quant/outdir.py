@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from eagle3_quant.errors import OutputExistsError, ResourceError
+from eagle3_quant.interrupts import requested as interrupt_requested
 
 PARTIAL_MARK = ".partial-"
 OLD_MARK = ".old-"
@@ -99,6 +100,8 @@ def staged_output(out: Path, src: Path | None, force: bool = False) -> Iterator[
         raise ResourceError(f"cannot create the output folder: {exc.strerror or exc}", path=out) from exc
     try:
         yield staging
+        if interrupt_requested():   # Ctrl-C that a library swallowed: never put OUT in place
+            raise KeyboardInterrupt
     except BaseException as exc:
         shutil.rmtree(staging, ignore_errors=True)
         for folder in created:

@@ -7,20 +7,23 @@ the output would have been renamed into place).
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
 import time
 
 import pytest
-from corpus.builders import tree_state
+from corpus.builders import tiny, tree_state
 from eagle3_quant.export.manifest import Manifest
 from eagle3_quant.quantize.api import quantize_draft
 
+from eagle3_quant.cli import main
+from eagle3_quant.errors import QuantizationError
 from eagle3_quant.hashing import sha256_file
+from eagle3_quant.interrupts import handling_interrupts, requested
+from eagle3_quant.outdir import staged_output
 from eagle3_quant.synthetic import DraftShape, write_synthetic_draft
-
-pytestmark = pytest.mark.slow
 
 MID_SIZE = DraftShape(1024, 6144, 8, 2, 128, 32000, 8000, target_layers=32)
 # name -> (signal, sent when the staging folder holds a shard file (mid-write) or as soon as it exists)
@@ -56,6 +59,7 @@ def signal_runs(runs: dict, timeout: float = 400) -> dict:
     return results
 
 
+@pytest.mark.slow
 def test_signals_during_quantize_leave_no_partial_out_and_rerun_completes(tmp_path):
     src = write_synthetic_draft(tmp_path / "src", MID_SIZE, shards=6)
     source_before = tree_state(src)
@@ -68,6 +72,7 @@ def test_signals_during_quantize_leave_no_partial_out_and_rerun_completes(tmp_pa
     for name in ("sigint", "sigterm"):
         code, err = results[name]
         assert code == 130, (name, err)
+        assert err.strip().splitlines()[-1] == "interrupted: nothing half-written was kept", err
         assert "Traceback" not in err
         assert list((tmp_path / name).iterdir()) == [], name   # no OUT, no hidden staging or scratch folder
     code, _ = results["sigkill"]
@@ -83,3 +88,37 @@ def test_signals_during_quantize_leave_no_partial_out_and_rerun_completes(tmp_pa
         for entry in Manifest.read(out).outputs:
             assert sha256_file(out / entry["path"]) == entry["sha256"]
     assert tree_state(src) == source_before
+
+
+def swallow_an_interrupt() -> None:
+    """What some library code does: the KeyboardInterrupt raised by Ctrl-C is caught and lost."""
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(5)
+    except KeyboardInterrupt:
+        pass
+
+
+def test_a_swallowed_interrupt_never_puts_out_in_place(tmp_path):
+    src = tiny(tmp_path)
+    before = tree_state(tmp_path)
+    with handling_interrupts(), pytest.raises(KeyboardInterrupt):
+        with staged_output(tmp_path / "out", src) as staging:
+            (staging / "model.safetensors").write_bytes(b"complete")
+            swallow_an_interrupt()
+    assert tree_state(tmp_path) == before
+
+
+def test_an_interrupt_turned_into_an_error_exits_130(tmp_path, monkeypatch, capsys):
+    import eagle3_quant.quantize.api as api
+
+    def interrupted(*args, **kwargs):
+        swallow_an_interrupt()
+        raise QuantizationError("Quark file-to-file quantization failed: could not determine the shape")
+
+    monkeypatch.setattr(api, "quantize_draft", interrupted)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["quantize", str(tiny(tmp_path)), str(tmp_path / "out")])
+    assert exit_info.value.code == 130
+    assert capsys.readouterr().err == "interrupted: nothing half-written was kept\n"
+    assert not requested()   # nothing carried over to later work in this process

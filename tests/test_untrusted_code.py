@@ -83,7 +83,15 @@ def test_no_unpickling_no_remote_code_no_eval_in_shipped_code():
     assert found == []
 
 
-def test_the_only_torch_load_is_the_opt_in_pickle_reader():
-    calls = sorted({str(p.relative_to(ROOT)) for p in shipped_sources() for node in ast.walk(ast.parse(p.read_text()))
-                    if isinstance(node, ast.Call) and dotted(node.func).endswith("torch.load")})
-    assert calls == ["eagle3_quant/pickle_source.py"]
+# Every torch.load is reviewed: each of these reads tensors only (weights_only=True, checked above).
+TORCH_LOAD_ALLOWED = {
+    "eagle3_quant/pickle_source.py": "pickle draft weights, only with --allow-pickle",
+    "calib/specforge.py": "SpecForge hidden-state dumps the user imports",
+}
+
+
+def test_every_torch_load_is_a_reviewed_one():
+    calls = {str(p.relative_to(ROOT)) for p in shipped_sources() for node in ast.walk(ast.parse(p.read_text()))
+             if isinstance(node, ast.Call) and dotted(node.func).endswith("torch.load")}
+    assert calls <= set(TORCH_LOAD_ALLOWED), sorted(calls - set(TORCH_LOAD_ALLOWED))
+    assert "eagle3_quant/pickle_source.py" in calls
