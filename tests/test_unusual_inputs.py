@@ -8,8 +8,8 @@ import subprocess
 
 import pytest
 import torch
-from conftest import folder_hashes
-from corpus.builders import Q_PROJ, SINGLE, load_tensors, pickle_draft, set_tensors, tiny, tree_state
+from conftest import folder_hashes, load_tensors
+from corpus.builders import Q_PROJ, SINGLE, file_tensors, pickle_draft, set_tensors, tiny, tree_state
 from eagle3_quant.export.verify import same_bytes
 from eagle3_quant.quantize.api import quantize_draft
 
@@ -22,13 +22,6 @@ from eagle3_quant.safetensors_header import read_header
 pytestmark = pytest.mark.slow
 
 FLOAT32_EPS = torch.finfo(torch.float32).eps   # 1.1920929e-07: Quark's scale for an all-zero row
-
-
-def all_tensors(folder):
-    tensors = {}
-    for file in sorted(folder.glob("*.safetensors")):
-        tensors.update(load_tensors(file))
-    return tensors
 
 
 def test_unknown_extra_tensors_are_kept_byte_identical(tmp_path):
@@ -52,12 +45,12 @@ def test_unknown_extra_tensors_are_kept_byte_identical(tmp_path):
 
 def test_all_zero_rows_get_the_float32_eps_scale_floor(tmp_path):
     src = tiny(tmp_path)
-    q = load_tensors(src / SINGLE)[Q_PROJ]
+    q = file_tensors(src / SINGLE)[Q_PROJ]
     q[5] = 0
-    gate = load_tensors(src / SINGLE)["midlayer.mlp.gate_proj.weight"]
+    gate = file_tensors(src / SINGLE)["midlayer.mlp.gate_proj.weight"]
     gate[:3] = 0
     set_tensors(src / SINGLE, midlayer__self_attn__q_proj__weight=q, midlayer__mlp__gate_proj__weight=gate)
-    out = all_tensors(quantize_draft(src, tmp_path / "out", device="cpu").output)
+    out = load_tensors(quantize_draft(src, tmp_path / "out", device="cpu").output)
     for module, rows in (("midlayer.self_attn.q_proj", [5]), ("midlayer.mlp.gate_proj", [0, 1, 2])):
         scale, weight = out[module + ".weight_scale"], out[module + ".weight"]
         assert bool(torch.isfinite(scale).all()) and bool((scale > 0).all())
@@ -87,8 +80,8 @@ def test_pickle_weights_with_opt_in_give_the_same_artifact(tmp_path, shards):
     after = tree_state(tmp_path / "pkl")
     assert {k: v for k, v in after.items() if not k.startswith("out")} == before   # source only read
     assert sorted(p.name for p in (tmp_path / "pkl").iterdir()) == ["out", "src"]   # no scratch folder left
-    out = all_tensors(result.output)
-    expected = all_tensors(reference)
+    out = load_tensors(result.output)
+    expected = load_tensors(reference)
     assert set(out) == set(expected)
     for name, tensor in expected.items():
         assert out[name].dtype == tensor.dtype and torch.equal(out[name].view(torch.uint8),

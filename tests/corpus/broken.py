@@ -19,7 +19,7 @@ from corpus.builders import (
     edit_header,
     edit_index,
     edit_tensors,
-    load_tensors,
+    file_tensors,
     pickle_draft,
     poke,
     set_config,
@@ -140,7 +140,7 @@ def tensor_in_two_shards(root: Path) -> Path:
     src = tiny(root, shards=3)
     owner = shard_of(src, "norm.weight")
     other = next(src / SHARD.format(i) for i in (1, 2, 3) if src / SHARD.format(i) != owner)
-    norm = load_tensors(owner)["norm.weight"]
+    norm = file_tensors(owner)["norm.weight"]
     edit_tensors(other, lambda t: t.update({"norm.weight": norm}))
     return src
 
@@ -198,7 +198,7 @@ def speculators_two_layers(root: Path) -> Path:
 
 def already_quantized(root: Path) -> Path:
     src = tiny(root)
-    weight = load_tensors(src / SINGLE)[Q_PROJ]
+    weight = file_tensors(src / SINGLE)[Q_PROJ]
     set_tensors(src / SINGLE, midlayer__self_attn__q_proj__weight=weight.float().to(torch.float8_e4m3fn),
                 midlayer__self_attn__q_proj__weight_scale=torch.ones(64))
     return src
@@ -208,7 +208,7 @@ def d2t_entry(index: int, target: Callable[[int], int]) -> Callable[[Path], Path
     """Make draft id `index` map to target id target(vocab)."""
     def build(root: Path) -> Path:
         src = tiny(root)
-        d2t = load_tensors(src / SINGLE)["d2t"]
+        d2t = file_tensors(src / SINGLE)["d2t"]
         d2t[index] = target(512) - index
         set_tensors(src / SINGLE, d2t=d2t)
         return src

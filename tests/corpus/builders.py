@@ -80,13 +80,13 @@ def edit_header(file: Path, change: Callable[[dict], None]) -> Path:
     return file
 
 
-def load_tensors(file: Path) -> dict[str, torch.Tensor]:
+def file_tensors(file: Path) -> dict[str, torch.Tensor]:
     with safe_open(str(file), framework="pt") as fh:
         return {name: fh.get_tensor(name) for name in fh.keys()}
 
 
 def edit_tensors(file: Path, change: Callable[[dict[str, torch.Tensor]], None]) -> Path:
-    tensors = load_tensors(file)
+    tensors = file_tensors(file)
     change(tensors)
     save_file(tensors, file, metadata={"format": "pt"})
     return file
@@ -166,7 +166,7 @@ class RunsCode:
 def pickle_draft(root: Path, payload: Callable[[dict], object] | None = None) -> Path:
     """A tiny draft whose weights are only pytorch_model.bin (torch.save of a state dict, or of `payload`)."""
     src = tiny(root)
-    tensors = load_tensors(src / SINGLE)
+    tensors = file_tensors(src / SINGLE)
     (src / SINGLE).unlink()
     torch.save(payload(tensors) if payload else tensors, src / "pytorch_model.bin")
     return src
