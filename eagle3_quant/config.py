@@ -105,7 +105,8 @@ def parse_config(raw: Mapping[str, Any], fmt: DraftFormat, path: Path) -> DraftC
         rope_scaling=layer.get("rope_scaling") if isinstance(layer.get("rope_scaling"), dict) else None,
         max_position_embeddings=read.int("max_position_embeddings", 1 << 24, default=2048),
         aux_layer_ids=tuple(aux) if aux is not None else None,
-        norm_before_residual=bool(raw.get("norm_before_residual", False)),
+        # speculators (and vLLM's speculators config path) default it to True; other formats to False
+        norm_before_residual=bool(raw.get("norm_before_residual", fmt is DraftFormat.SPECULATORS)),
         torch_dtype=str(layer.get("torch_dtype") or layer.get("dtype") or raw.get("torch_dtype") or "bfloat16"),
         verifier=_verifier(raw),
         raw=raw,

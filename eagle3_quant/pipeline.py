@@ -111,8 +111,12 @@ def _existing_output_problem(spec: PipelineSpec) -> str | None:
         return "its source folder is gone"
     plan = make_plan(read_draft(source["path"]), get_scheme(spec.scheme), spec.quantize.exclude or None,
                      spec.quantize.quantize_fc)
-    if {(d.module, d.quantize) for d in plan.decisions} != {(d["module"], d["quantized"])
-                                                           for d in manifest.data["layers"]}:
+    recorded = {d["module"]: d["quantized"] for d in manifest.data["layers"]}
+    threshold = (manifest.data.get("sensitivity") or {}).get("threshold")
+    if threshold != spec.quantize.auto_exclude:
+        return f"auto_exclude was {threshold}"
+    auto_kept = {d["module"] for d in manifest.data["layers"] if d["reason"].startswith("auto-exclude")}
+    if any(recorded.get(d.module) != d.quantize for d in plan.decisions if d.module not in auto_kept):
         return "the exclusions changed"
     try:
         files_to_send(spec.out, manifest)
@@ -129,10 +133,11 @@ def run_quantize(spec: PipelineSpec) -> str:
         replace_why = _existing_output_problem(spec)
         if replace_why is None:
             raise _Skip("skipped", f"present: {spec.out} matches its manifest and this pipeline")
-    calib = spec.calib if SCHEMES[spec.scheme].needs_calibration else None
+    needs_calib = SCHEMES[spec.scheme].needs_calibration or spec.quantize.auto_exclude is not None
     result = quantize_draft(spec.source, spec.out, spec.scheme, spec.quantize.exclude or None, spec.quantize.device,
                             quantize_fc=spec.quantize.quantize_fc, force=replace_why is not None,
-                            revision=spec.revision, calib=calib)
+                            revision=spec.revision, calib=spec.calib if needs_calib else None,
+                            auto_exclude=spec.quantize.auto_exclude)
     note = f" (replaced: {replace_why})" if replace_why else ""
     return f"{len(result.plan.quantized)} linears FP8, {len(result.plan.excluded)} BF16{note}"
 

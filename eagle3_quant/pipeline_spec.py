@@ -33,6 +33,7 @@ class QuantizeSpec:
     exclude: list[str] = field(default_factory=list)
     quantize_fc: bool = False
     device: str | None = None
+    auto_exclude: float | None = None   # keep BF16 groups whose top-1 disagreement exceeds it (needs calib)
 
 
 @dataclass(frozen=True)
@@ -141,6 +142,9 @@ def _check(spec: PipelineSpec, file: str | None) -> PipelineSpec:
                                 field="scheme")
     if SCHEMES[spec.scheme].needs_calibration and not spec.calibrate.data:
         raise PipelineSpecError(f"scheme {spec.scheme!r} needs calibration data", path=file, field="calibrate.data")
+    if spec.quantize.auto_exclude is not None and not spec.calibrate.data:
+        raise PipelineSpecError("auto_exclude measures sensitivity on calibration data: set calibrate.data",
+                                path=file, field="quantize.auto_exclude")
     if spec.calibrate.data and not spec.target:
         raise PipelineSpecError("calibration runs the target model: name it", path=file, field="target")
     if spec.push.enabled:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -49,6 +50,7 @@ def test_example_pipeline_is_valid_and_names_the_kimi_draft():
     ({"scheme": "fp8"}, "field 'calibrate.data': scheme 'fp8' needs calibration data"),
     ({"push": {"repo_id": None}}, "field 'push.repo_id': required when push is enabled"),
     ({"pipeline_version": 2}, "version 2 is not supported"),
+    ({"quantize": {"auto_exclude": 0.02}}, "field 'quantize.auto_exclude': auto_exclude measures sensitivity"),
 ])
 def test_schema_errors_name_the_field_and_the_valid_choices(tmp_path, fields, message):
     with pytest.raises(PipelineSpecError) as info:
@@ -169,3 +171,29 @@ def test_pipeline_calibrates_with_the_real_stage_then_resumes(tiny_target, tiny_
     assert [s.status for s in second.stages[:2]] == ["skipped", "skipped"]
     assert second.stages[0].detail.startswith("present: 5 samples")
     assert hub.requests == []
+
+
+def test_pipeline_auto_exclude_records_threshold_and_requantizes_when_it_changes(tiny_target, chat_jsonl, tmp_path,
+                                                                                 hub):
+    import json
+
+    from calib_capture_fixtures import DRAFT, DRAFT_IDS, TARGET
+
+    from eagle3_quant.synthetic import write_synthetic_draft
+
+    # same hidden size as the target, so the draft can borrow the target's embedding for the sensitivity runs
+    shape = replace(DRAFT, hidden=TARGET.hidden, head_dim=TARGET.hidden // DRAFT.heads, target_hidden=None)
+    tiny_draft = write_synthetic_draft(tmp_path / "draft", shape, aux_layer_ids=DRAFT_IDS)
+
+    calibrate = {"data": str(chat_jsonl), "num_samples": 5, "seq_len": 48, "options": {"min_tokens": 4}}
+    path = write_pipeline(tmp_path, source=str(tiny_draft), target=str(tiny_target), push={"enabled": False},
+                          calibrate=calibrate, quantize={"auto_exclude": 0.9})
+    first = run_pipeline(path)
+    assert first.stages[1].status == "ran", first.stages[1].detail
+    manifest = json.loads((tmp_path / "work" / "draft-fp8" / "eagle3_quant.json").read_text())
+    assert manifest["sensitivity"]["threshold"] == 0.9
+    assert run_pipeline(path).stages[1].status == "skipped"
+    path = write_pipeline(tmp_path, source=str(tiny_draft), target=str(tiny_target), push={"enabled": False},
+                          calibrate=calibrate, quantize={"auto_exclude": 0.8})
+    again = run_pipeline(path)
+    assert again.stages[1].status == "ran" and "auto_exclude was 0.9" in again.stages[1].detail

@@ -71,6 +71,7 @@ def test_plain_target_model_is_not_a_draft(tmp_path):
         read_draft(tmp_path)
 
 
+@pytest.mark.slow
 def test_already_quantized_source_refused(quantized_tiny):
     _, out = quantized_tiny()
     with pytest.raises(UnsupportedSourceError, match="already quantized"):
@@ -88,3 +89,12 @@ def test_inspect_plan_and_size_estimate(make_draft):
     fp8_numel = q * 2 * h + 2 * kv * 2 * h + h * q + 3 * h * i
     fp8_rows = q + 2 * kv + h + 2 * i + h
     assert report.source_bytes - report.estimated_output_bytes == fp8_numel - 4 * fp8_rows
+
+
+def test_speculators_norm_before_residual_defaults_true(make_draft):
+    src = make_draft(DraftFormat.SPECULATORS)
+    config = json.loads((src / "config.json").read_text())
+    del config["norm_before_residual"]
+    (src / "config.json").write_text(json.dumps(config))
+    assert read_draft(src).config.norm_before_residual is True
+    assert read_draft(make_draft(name="sf")).config.norm_before_residual is False

@@ -55,13 +55,10 @@ def resolve_spec(cfg: DraftConfig, fmt: DraftFormat) -> RuntimeSpec:
     scaling = cfg.rope_scaling
     if scaling is None and isinstance(layer.get("rope_parameters"), dict):
         scaling = layer["rope_parameters"]
-    # speculators' own loader (and vLLM's speculators config path) default norm_before_residual to True
-    norm_before_residual = cfg.norm_before_residual if "norm_before_residual" in raw \
-        else fmt is DraftFormat.SPECULATORS
     return RuntimeSpec(
         config=cfg,
         format=fmt,
-        norm_before_residual=norm_before_residual,
+        norm_before_residual=cfg.norm_before_residual,
         norm_before_fc=_flag(raw, "norm_before_fc"),
         fc_norm=_flag(raw, "fc_norm"),
         norm_output=_flag(raw, "norm_output"),
