@@ -16,9 +16,8 @@ from eagle3_quant.runtime.loading import load_draft
 pytestmark = pytest.mark.slow
 BROKEN_SAMPLES = 48
 # The tiny draft's logits are often near ties: the same BF16 draft computed in fp32 and in bf16 agrees on only
-# ~98.8% of top-1 tokens, FP8 on ~96.5% while keeping 100% of the acceptance length. The default 0.98 gate is
-# meant for real drafts; these tests gate top-1 at 0.95 and keep the acceptance gate at its default 0.99.
-GATES = Gates(min_top1_agreement=0.95)
+# ~98.8% of top-1 tokens, FP8 on ~96.5% while keeping 100% of the acceptance length: the default gates pass it.
+GATES = Gates()
 
 
 @pytest.fixture(scope="module")
