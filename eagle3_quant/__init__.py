@@ -17,6 +17,8 @@ _LAZY = {
     "inspect_draft": "eagle3_quant.inspection",
     "read_draft": "eagle3_quant.draft",
     "check_loader_compat": "eagle3_quant.validate.loader_compat",
+    "validate_draft": "eagle3_quant.validate.api",
+    "ValidationReport": "eagle3_quant.validate.report",
     "SCHEMES": "eagle3_quant.schemes",
     "get_scheme": "eagle3_quant.schemes",
     "calibrate_target": "eagle3_quant.calib.api",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +29,7 @@ class Checkpoint:
 
 def read_checkpoint(root: Path) -> Checkpoint:
     """Read every header of the folder's safetensors weights and check their consistency."""
+    check_links(root)
     index_files = sorted(root.glob("*.safetensors.index.json"))
     if len(index_files) > 1:
         raise CheckpointFileError(
@@ -40,7 +42,8 @@ def read_checkpoint(root: Path) -> Checkpoint:
         if pickles:
             raise UnsupportedSourceError(
                 f"only pickle weights ({', '.join(pickles)}); pickle can execute code and is refused",
-                path=root, hint="convert to safetensors first")
+                path=root, hint="quantize --allow-pickle loads them with torch.load(weights_only=True) and "
+                "converts them to safetensors")
         raise DraftFormatError("no *.safetensors weights found", path=root)
     for f in files:
         _check_inside(root, f, f.name, root)
@@ -59,6 +62,10 @@ def _read_indexed(root: Path, index_file: Path) -> Checkpoint:
                                   field="weight_map")
     shard_names = sorted(set(weight_map.values()))
     shards = {name: _check_inside(root, root / name, name, index_file) for name in shard_names}
+    stray = sorted(p.name for p in root.glob("*.safetensors") if p.name not in shards)
+    if stray:
+        raise CheckpointFileError(f"'{stray[0]}' is not named in the shard index: remove it or index it",
+                                  path=index_file, field="weight_map")
     headers = {name: read_header(path) for name, path in shards.items()}
     tensors = _merge(list(headers.values()))
     for tensor, shard in weight_map.items():
@@ -72,11 +79,30 @@ def _read_indexed(root: Path, index_file: Path) -> Checkpoint:
     return Checkpoint(root, tuple(shards[n] for n in shard_names), index_file, tensors)
 
 
+def link_roots(root: Path) -> tuple[Path, ...]:
+    """Where links in the folder may lead: the folder, and for a Hub cache snapshot its repo's blobs."""
+    resolved = root.resolve()
+    if resolved.parent.name == "snapshots" and resolved.parent.parent.name.startswith(("models--", "datasets--")):
+        return resolved, resolved.parent.parent / "blobs"
+    return (resolved,)
+
+
+def check_links(root: Path) -> None:
+    """Refuse any symlink in the folder that leads outside it: it would be read, copied and published."""
+    allowed = link_roots(root)
+    for folder, dirs, files in os.walk(root):
+        for name in (*dirs, *files):
+            entry = Path(folder) / name
+            if entry.is_symlink() and not any(entry.resolve().is_relative_to(a) for a in allowed):
+                raise CheckpointFileError(f"'{entry.relative_to(root)}' is a link leading outside the checkpoint "
+                                          f"folder (to {entry.resolve()})", path=root)
+
+
 def _check_inside(root: Path, path: Path, name: str, referrer: Path) -> Path:
     if Path(name).is_absolute() or ".." in Path(name).parts:
         raise CheckpointFileError(f"shard path '{name}' points outside the checkpoint folder", path=referrer)
     resolved = path.resolve()
-    if not resolved.is_relative_to(root.resolve()):
+    if not any(resolved.is_relative_to(a) for a in link_roots(root)):
         raise CheckpointFileError(f"'{name}' is a link leading outside the checkpoint folder", path=referrer)
     if not resolved.is_file():
         raise CheckpointFileError(f"shard '{name}' is missing", path=referrer)

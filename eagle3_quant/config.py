@@ -47,7 +47,19 @@ def load_config_file(path: Path) -> dict:
         raise DraftFormatError(f"not valid JSON ({exc})", path=path) from exc
     if not isinstance(raw, dict):
         raise DraftFormatError("not a JSON object", path=path)
+    for key, expected, ok in _TOP_LEVEL_TYPES:
+        if key in raw and not ok(raw[key]):
+            raise DraftFormatError(f"{raw[key]!r} is not {expected}", path=path, field=key)
     return raw
+
+
+_TOP_LEVEL_TYPES = (
+    ("architectures", "a list of class names",
+     lambda v: isinstance(v, list) and all(isinstance(a, str) for a in v)),
+    ("eagle_config", "an object", lambda v: isinstance(v, dict)),
+    ("norm_before_residual", "true or false", lambda v: isinstance(v, bool)),
+    ("torch_dtype", "a dtype name such as \"bfloat16\"", lambda v: isinstance(v, str)),
+)
 
 
 def parse_config(raw: Mapping[str, Any], fmt: DraftFormat, path: Path) -> DraftConfig:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from eagle3_quant.checkpoint import Checkpoint, read_checkpoint
+from eagle3_quant.checkpoint import Checkpoint, check_links, read_checkpoint
 from eagle3_quant.config import DraftConfig, load_config_file, parse_config
 from eagle3_quant.formats import DraftFormat, detect_format
 from eagle3_quant.layout import DraftLayout, Part, build_layout
@@ -35,6 +35,7 @@ class DraftCheckpoint:
 
 def read_draft(src: str | Path, revision: str | None = None) -> DraftCheckpoint:
     source = resolve_source(src, revision)
+    check_links(source.path)
     config_path = source.path / "config.json"
     raw = load_config_file(config_path)
     checkpoint = read_checkpoint(source.path)

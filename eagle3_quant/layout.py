@@ -116,9 +116,10 @@ def _refuse_quantized(tensors: dict[str, TensorInfo], cfg: DraftConfig, where: s
         raise UnsupportedSourceError("the draft is already quantized (config has quantization_config)",
                                      path=where, field="quantization_config",
                                      hint="give the BF16/FP16 source draft")
-    for name, info in tensors.items():
+    for name, info in sorted(tensors.items()):
         if info.dtype in FP8_DTYPES or name.rsplit(".", 1)[-1] in QUANT_SUFFIXES:
-            raise UnsupportedSourceError(f"the draft is already quantized ({info.dtype})", path=where,
+            what = f"{info.dtype} weights" if info.dtype in FP8_DTYPES else "a quantization scale"
+            raise UnsupportedSourceError(f"the draft is already quantized ({what})", path=where,
                                          tensor=name, hint="give the BF16/FP16 source draft")
 
 

@@ -1,16 +1,25 @@
-"""Write outputs into a hidden sibling folder and rename it into place only on success."""
+"""Write outputs into a hidden sibling folder and rename it into place only on success.
+
+Every temporary folder of a run is named ``.OUT.partial-[PURPOSE-]PID``: on any failure or Ctrl-C it is
+removed; after a SIGKILL it stays, and the next run for the same OUT removes it (its PID is dead).
+"""
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from eagle3_quant.errors import OutputExistsError
+from eagle3_quant.errors import OutputExistsError, ResourceError
+from eagle3_quant.interrupts import requested as interrupt_requested
 
 PARTIAL_MARK = ".partial-"
+OLD_MARK = ".old-"
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+DISK_FULL_TEXTS = ("No space left on device", "Disk quota exceeded", "StorageFull")
 
 
 def check_output_target(out: Path, src: Path | None, force: bool) -> Path:
@@ -31,12 +40,26 @@ def check_output_target(out: Path, src: Path | None, force: bool) -> Path:
     return out
 
 
+def is_disk_full(exc: BaseException | None) -> bool:
+    """True when `exc` or its cause is a disk-full error, also when a library wrapped it in text (safetensors)."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS:
+            return True
+        if any(text in str(exc) for text in DISK_FULL_TEXTS):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
 def _remove_stale_partials(out: Path) -> None:
     """Folders left by a killed run (its pid no longer alive) are deleted."""
-    for stale in out.parent.glob(f".{out.name}{PARTIAL_MARK}*"):
-        pid = stale.name.rsplit("-", 1)[-1]
-        if pid.isdigit() and not _alive(int(pid)):
-            shutil.rmtree(stale, ignore_errors=True)
+    for mark in (PARTIAL_MARK, OLD_MARK):
+        for stale in out.parent.glob(f".{out.name}{mark}*"):
+            pid = stale.name.rsplit("-", 1)[-1]
+            if pid.isdigit() and not _alive(int(pid)):
+                shutil.rmtree(stale, ignore_errors=True)
 
 
 def _alive(pid: int) -> bool:
@@ -49,19 +72,44 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _make_parents(folder: Path) -> list[Path]:
+    """mkdir -p, returning the folders it created (deepest first) so a failure can remove them."""
+    missing = []
+    while not folder.exists():
+        missing.append(folder)
+        folder = folder.parent
+    for path in reversed(missing):
+        path.mkdir()
+    return missing
+
+
 @contextmanager
 def staged_output(out: Path, src: Path | None, force: bool = False) -> Iterator[Path]:
-    """Yield a temporary folder beside OUT; on success it replaces OUT, on any failure it is removed."""
+    """Yield a temporary folder beside OUT; on success it replaces OUT, on any failure it is removed.
+
+    A disk-full error while writing becomes a ``ResourceError`` naming OUT.
+    """
     out = check_output_target(out, src, force)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    _remove_stale_partials(out)
-    staging = out.parent / f".{out.name}{PARTIAL_MARK}{os.getpid()}"
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir()
+    try:
+        created = _make_parents(out.parent)
+        _remove_stale_partials(out)
+        staging = out.parent / f".{out.name}{PARTIAL_MARK}{os.getpid()}"
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir()
+    except OSError as exc:
+        raise ResourceError(f"cannot create the output folder: {exc.strerror or exc}", path=out) from exc
     try:
         yield staging
-    except BaseException:
+        if interrupt_requested():   # Ctrl-C that a library swallowed: never put OUT in place
+            raise KeyboardInterrupt
+    except BaseException as exc:
         shutil.rmtree(staging, ignore_errors=True)
+        for folder in created:
+            _remove_if_empty(folder)
+        if is_disk_full(exc) and not isinstance(exc, ResourceError):
+            free = shutil.disk_usage(out.parent).free if out.parent.exists() else 0
+            raise ResourceError(f"disk full while writing the output ({free / 1e9:.2f} GB free after removing "
+                                "the partial output); nothing was kept", path=out) from exc
         raise
     move_into_place(staging, out)
 
@@ -69,9 +117,42 @@ def staged_output(out: Path, src: Path | None, force: bool = False) -> Iterator[
 def move_into_place(staging: Path, out: Path) -> None:
     """Rename a finished folder to OUT; an existing OUT is moved aside first and deleted after."""
     if out.exists():
-        old = out.parent / f".{out.name}.old-{os.getpid()}"
+        old = out.parent / f".{out.name}{OLD_MARK}{os.getpid()}"
         out.rename(old)
         staging.rename(out)
         shutil.rmtree(old, ignore_errors=True)
     else:
         staging.rename(out)
+
+
+def scratch_beside(staging: Path, purpose: str):
+    """A hidden folder beside a staging folder (same OUT, same pid) for intermediate files; always removed."""
+    prefix, pid = staging.name.rsplit("-", 1)
+    return _scratch(staging.parent / f"{prefix}-{purpose}-{pid}")
+
+
+def scratch_for(out: Path, purpose: str):
+    """A hidden folder beside OUT, named like its staging folder, for work done before staging starts."""
+    return _scratch(out.parent / f".{out.name}{PARTIAL_MARK}{purpose}-{os.getpid()}")
+
+
+@contextmanager
+def _scratch(folder: Path) -> Iterator[Path]:
+    shutil.rmtree(folder, ignore_errors=True)
+    try:
+        created = _make_parents(folder)
+    except OSError as exc:
+        raise ResourceError(f"cannot create a working folder: {exc.strerror or exc}", path=folder) from exc
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+        for parent in created[1:]:
+            _remove_if_empty(parent)
+
+
+def _remove_if_empty(folder: Path) -> None:
+    try:
+        folder.rmdir()
+    except OSError:
+        pass

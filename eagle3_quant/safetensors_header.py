@@ -2,8 +2,9 @@
 
 Reads the 8-byte length and the JSON header, never the tensor data, and checks every entry:
 known dtype, integer shape, offsets inside the data section, byte size equal to
-numel * itemsize, no two tensors overlapping. Anything else raises ``CheckpointFileError``
-naming the file and tensor.
+numel * itemsize, no tensor named twice, and the tensors tiling the data section exactly (no
+overlap, no gap, no trailing bytes: the rules the safetensors library enforces at load time).
+Anything else raises ``CheckpointFileError`` naming the file and tensor.
 """
 
 from __future__ import annotations
@@ -73,7 +74,9 @@ def read_header(path: Path) -> SafetensorsHeader:
     except OSError as exc:
         raise CheckpointFileError(f"cannot read: {exc.strerror or exc}", path=path) from exc
     try:
-        header = json.loads(raw)
+        header = json.loads(raw, object_pairs_hook=_unique_keys)
+    except _DuplicateKey as exc:
+        raise CheckpointFileError("named twice in the header", path=path, tensor=str(exc)) from None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CheckpointFileError(f"header is not valid JSON ({exc})", path=path) from exc
     if not isinstance(header, dict):
@@ -85,7 +88,7 @@ def read_header(path: Path) -> SafetensorsHeader:
     data_start = 8 + header_len
     data_size = file_size - data_start
     tensors = {name: _parse_entry(path, name, entry, data_size) for name, entry in header.items()}
-    _check_no_overlap(path, tensors)
+    _check_tiling(path, tensors, data_size)
     return SafetensorsHeader(path=path, tensors=tensors, metadata=metadata, data_start=data_start)
 
 
@@ -113,8 +116,28 @@ def _parse_entry(path: Path, name: str, entry: object, data_size: int) -> Tensor
     return TensorInfo(name, dtype, tuple(shape), path, (offsets[0], offsets[1]))
 
 
-def _check_no_overlap(path: Path, tensors: dict[str, TensorInfo]) -> None:
-    spans = sorted((t.data_offsets, t.name) for t in tensors.values() if t.nbytes)
-    for (prev, prev_name), (cur, cur_name) in zip(spans, spans[1:], strict=False):
-        if cur[0] < prev[1]:
-            raise CheckpointFileError(f"bytes overlap those of '{prev_name}'", path=path, tensor=cur_name)
+class _DuplicateKey(Exception):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    seen: dict = {}
+    for key, value in pairs:
+        if key in seen:
+            raise _DuplicateKey(key)
+        seen[key] = value
+    return seen
+
+
+def _check_tiling(path: Path, tensors: dict[str, TensorInfo], data_size: int) -> None:
+    end, end_name = 0, None
+    for (begin, stop), name in sorted((t.data_offsets, t.name) for t in tensors.values() if t.nbytes):
+        if begin < end:
+            raise CheckpointFileError(f"bytes overlap those of '{end_name}'", path=path, tensor=name)
+        if begin > end:
+            raise CheckpointFileError(f"data starts at byte {begin}, expected {end} (a gap in the data section)",
+                                      path=path, tensor=name)
+        end, end_name = stop, name
+    if end != data_size:
+        raise CheckpointFileError(f"tensors cover {end} bytes but the data section holds {data_size}: "
+                                  "trailing bytes or a corrupt header", path=path)

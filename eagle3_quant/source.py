@@ -11,6 +11,7 @@ from eagle3_quant.errors import SourceNotFoundError
 REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 # What a draft folder needs; pickles are left behind on purpose.
 HUB_PATTERNS = ["*.json", "*.safetensors", "*.txt", "*.model", "*.tiktoken", "*.py", "*.md", "*.jinja"]
+PICKLE_PATTERNS = ["*.bin", "*.pt", "*.pth"]   # fetched only when the user opts in to pickle weights
 
 
 @dataclass(frozen=True)
@@ -28,7 +29,7 @@ class DraftSource:
         return str(self.path)
 
 
-def resolve_source(src: str | Path, revision: str | None = None) -> DraftSource:
+def resolve_source(src: str | Path, revision: str | None = None, include_pickle: bool = False) -> DraftSource:
     """A local folder wins; otherwise SRC must look like ORG/NAME and is fetched from the Hub.
 
     Honours HF_ENDPOINT, HF_HOME and HF_HUB_OFFLINE through huggingface_hub itself.
@@ -46,6 +47,8 @@ def resolve_source(src: str | Path, revision: str | None = None) -> DraftSource:
 
     try:
         local = snapshot_download(repo_id=text, revision=revision, allow_patterns=HUB_PATTERNS)
+        if include_pickle and not any(Path(local).glob("*.safetensors")):  # pickles only when nothing else
+            local = snapshot_download(repo_id=text, revision=revision, allow_patterns=HUB_PATTERNS + PICKLE_PATTERNS)
     except RepositoryNotFoundError as exc:
         raise SourceNotFoundError("Hub repository not found (or private without a token)", path=text) from exc
     except LocalEntryNotFoundError as exc:

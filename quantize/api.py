@@ -13,16 +13,20 @@ from eagle3_quant.export.manifest import Manifest, write_manifest
 from eagle3_quant.export.quark_config import rewrite_config
 from eagle3_quant.export.source_card import source_card_info
 from eagle3_quant.export.verify import verify_export
-from eagle3_quant.quantize.checks import check_disk, scan_source
+from eagle3_quant.quantize.checks import check_resources, check_vocab_map
+from eagle3_quant.quantize.finite_scan import scan_source
 from eagle3_quant.quantize.plan import QuantPlan, make_plan
 from eagle3_quant.quantize.quark_import import import_quark_in_background
 from eagle3_quant.validate.loader_compat import LoaderCheck, check_loader_compat
 
-from eagle3_quant.draft import DraftCheckpoint, read_draft
+from eagle3_quant.draft import read_draft
 from eagle3_quant.errors import LoaderCompatError, SchemeError
+from eagle3_quant.hashing import digest_folder
 from eagle3_quant.inspection import estimate_output_bytes
 from eagle3_quant.outdir import check_output_target, staged_output
-from eagle3_quant.schemes import DEFAULT_SCHEME, Scheme, get_scheme
+from eagle3_quant.pickle_source import pickle_converted, pickle_only
+from eagle3_quant.schemes import DEFAULT_SCHEME, get_scheme
+from eagle3_quant.source import DraftSource, resolve_source
 from eagle3_quant.stage_timer import StageTimer
 
 
@@ -84,13 +88,37 @@ def quantize_draft(
     calib: str | Path | None = None,
     auto_exclude: float | None = None,
     verbose: bool = False,
+    allow_pickle: bool = False,
 ) -> QuantizeResult:
     """Quantize an Eagle3 draft with Quark; write OUT atomically; return what was decided and written.
 
     `exclude` adds module names to the default BF16 set (fc, lm_head); `quantize_fc` removes fc from it.
     `auto_exclude` (needs `calib`): also keep BF16 every layer group whose quantization alone changes the
     draft's top-1 token on more than this fraction of calibration positions (see `measure_sensitivity`).
+    `allow_pickle` accepts a draft with only pickle weights: loaded with torch.load(weights_only=True) and
+    converted to safetensors beside OUT (the source is only read).
     """
+    options = dict(scheme=scheme, exclude=exclude, device=device, quantize_fc=quantize_fc, force=force,
+                   calib=calib, auto_exclude=auto_exclude, verbose=verbose)
+    if allow_pickle:
+        get_scheme(scheme)
+        source = resolve_source(src, revision, include_pickle=True)
+        if pickle_only(source.path):
+            with pickle_converted(source.path, Path(out), force) as converted:
+                return _quantize(converted, out, None, origin=source, **options)
+    return _quantize(src, out, revision, **options)
+
+
+def _check_resources(draft, out: Path, plan: QuantPlan, in_memory: bool) -> None:
+    quantized = {d.module for d in plan.quantized}
+    output_bytes = estimate_output_bytes(draft, quantized, static_input=not plan.scheme.input.dynamic)
+    check_resources(draft, out, output_bytes, {m + ".weight" for m in quantized}, per_shard=not in_memory)
+
+
+def _quantize(src: str | Path, out: str | Path, revision: str | None, *, scheme: str,
+              exclude: Sequence[str] | None, device: str | None, quantize_fc: bool, force: bool,
+              calib: str | Path | None, auto_exclude: float | None, verbose: bool,
+              origin: DraftSource | None = None) -> QuantizeResult:
     started = time.perf_counter()
     chosen = get_scheme(scheme)
     if chosen.needs_calibration and calib is None:
@@ -103,9 +131,15 @@ def quantize_draft(
         draft = read_draft(src, revision)
         out = check_output_target(Path(out), draft.path, force)
         plan = make_plan(draft, chosen, exclude, quantize_fc)
+        in_memory = chosen.needs_calibration or auto_exclude is not None   # the whole draft held at once
+        _check_resources(draft, out, plan, in_memory)
+        check_vocab_map(draft)
     quark_import = import_quark_in_background(verbose)   # overlaps the source scan below
+    source = origin or draft.source
     with timer.stage("scan source (sha256 + NaN/Inf)"):
         inputs = scan_source(draft)
+        if origin is not None:      # converted from pickle: the manifest lists the files the user gave
+            inputs = digest_folder(source.path)
     device = device or default_device()
     sensitivity = None
     if auto_exclude is not None:
@@ -115,8 +149,7 @@ def quantize_draft(
         if not plan.quantized:
             raise SchemeError(f"--auto-exclude {auto_exclude} keeps every linear BF16: nothing left to quantize",
                               field="auto_exclude")
-    check_disk(out.parent, estimate_output_bytes(draft, {d.module for d in plan.quantized},
-                                                 static_input=not chosen.input.dynamic))
+        _check_resources(draft, out, plan, in_memory)   # fewer linears quantized: a larger output
 
     with staged_output(out, draft.path, force) as staging:
         with timer.stage("import quark.torch (wait)"):
@@ -143,23 +176,20 @@ def quantize_draft(
             raise LoaderCompatError("vLLM would not load this as intended: " + "; ".join(loader.problems[:3]),
                                     path=out)
         with timer.stage("manifest"):
-            extras = {"calibration": calibration, "sensitivity": sensitivity}
-            body = _manifest_body(draft, chosen, plan, config, device) | {k: v for k, v in extras.items() if v}
-            manifest = write_manifest(staging, body, inputs, verified.files)
+            manifest = write_manifest(staging, {
+                "source": {"path": str(source.path), "repo_id": source.repo_id,
+                           "revision": source.revision, "commit": source.commit,
+                           "format": draft.format.value, "architecture": draft.config.architecture,
+                           "pickle_converted": origin is not None, "card": source_card_info(source.path)},
+                "scheme": {"name": chosen.name, "weight": chosen.weight.describe(),
+                           "input": chosen.input.describe()},
+                "exclude": {"modules": [d.module for d in plan.excluded],
+                            "vllm_patterns": config["quantization_config"]["exclude"],
+                            "reasons": {d.module: d.reason for d in plan.excluded}},
+                "layers": [{"role": d.role, "module": d.module, "shape": [d.out_features, d.in_features],
+                            "quantized": d.quantize, "reason": d.reason} for d in plan.decisions],
+                "device": device,
+                **({"calibration": calibration} if calibration else {}),
+                **({"sensitivity": sensitivity} if sensitivity else {}),
+            }, inputs, verified.files)
     return QuantizeResult(out, manifest, plan, loader, time.perf_counter() - started, timer.seconds)
-
-
-def _manifest_body(draft: DraftCheckpoint, chosen: Scheme, plan: QuantPlan, config: dict, device: str) -> dict:
-    return {
-        "source": {"path": str(draft.path), "repo_id": draft.source.repo_id,
-                   "revision": draft.source.revision, "commit": draft.source.commit,
-                   "format": draft.format.value, "architecture": draft.config.architecture,
-                   "card": source_card_info(draft.path)},
-        "scheme": {"name": chosen.name, "weight": chosen.weight.describe(), "input": chosen.input.describe()},
-        "exclude": {"modules": [d.module for d in plan.excluded],
-                    "vllm_patterns": config["quantization_config"]["exclude"],
-                    "reasons": {d.module: d.reason for d in plan.excluded}},
-        "layers": [{"role": d.role, "module": d.module, "shape": [d.out_features, d.in_features],
-                    "quantized": d.quantize, "reason": d.reason} for d in plan.decisions],
-        "device": device,
-    }

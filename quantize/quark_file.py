@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from eagle3_quant.quantize.plan import QuantPlan
@@ -9,6 +10,7 @@ from eagle3_quant.quantize.quark_import import import_quark, quark_quiet
 
 from eagle3_quant.draft import DraftCheckpoint
 from eagle3_quant.errors import QuantizationError
+from eagle3_quant.outdir import scratch_beside
 from eagle3_quant.schemes import Scheme, TensorQuantSpec
 
 
@@ -39,13 +41,37 @@ def quark_exclude_modules(draft: DraftCheckpoint, plan: QuantPlan) -> list[str]:
                   if name.endswith(".weight") and len(info.shape) >= 2 and name.removesuffix(".weight") not in keep)
 
 
+def link_checked_files(draft: DraftCheckpoint, folder: Path) -> Path:
+    """Fill `folder` with links to the checked config, shards and index only.
+
+    Quark's file-to-file walks its input recursively for `*.safetensors` and copies every other file and
+    subfolder (pickles included) into the output; given this folder it sees only what was checked.
+    """
+    files = [draft.path / "config.json", *draft.checkpoint.weight_files]
+    for path in files:
+        (folder / path.name).symlink_to(path.resolve())
+    if draft.checkpoint.index_file is not None:
+        (folder / "model.safetensors.index.json").symlink_to(draft.checkpoint.index_file.resolve())
+    return folder
+
+
+def sort_index(out: Path) -> None:
+    """Quark lists the weight map in the order the filesystem lists shards: sort it (byte-identical reruns)."""
+    path = out / "model.safetensors.index.json"
+    if path.exists():
+        index = json.loads(path.read_text())
+        index["weight_map"] = dict(sorted(index["weight_map"].items()))
+        path.write_text(json.dumps(index, indent=4) + "\n")
+
+
 def run_file_to_file(draft: DraftCheckpoint, plan: QuantPlan, out: Path, device: str, verbose: bool = False) -> None:
     ModelQuantizer = import_quark(verbose).ModelQuantizer
     config = quark_config(plan.scheme, quark_exclude_modules(draft, plan))
     quantizer = ModelQuantizer(config)
     try:
-        with quark_quiet(verbose):
-            quantizer.direct_quantize_checkpoint(pretrained_model_path=str(draft.path), save_path=str(out),
-                                                 device=device)
+        with quark_quiet(verbose), scratch_beside(out, "input") as view:
+            quantizer.direct_quantize_checkpoint(pretrained_model_path=str(link_checked_files(draft, view)),
+                                                 save_path=str(out), device=device)
     except Exception as exc:  # Quark raises many types; surface one typed error naming the source
         raise QuantizationError(f"Quark file-to-file quantization failed: {exc}", path=draft.path) from exc
+    sort_index(out)

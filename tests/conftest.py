@@ -9,7 +9,8 @@ import pytest
 from eagle3_quant.formats import DraftFormat
 from eagle3_quant.synthetic import write_synthetic_draft
 
-pytest_plugins = ["calib_capture_fixtures", "hub_server.fixtures"]  # hub_server: a local Hub, validated OUT copies
+# hub_server: a local Hub, validated OUT copies; tiny_pair: the committed tiny real target/draft pair
+pytest_plugins = ["calib_capture_fixtures", "hub_server.fixtures", "tiny_pair_fixtures"]
 
 
 def load_tensors(folder: Path) -> dict:

@@ -10,7 +10,7 @@ import torch
 from eagle3_quant.export import verify
 from eagle3_quant.export.verify import verify_export
 from eagle3_quant.quantize.api import quantize_draft
-from eagle3_quant.quantize.checks import all_finite, scan_source
+from eagle3_quant.quantize.finite_scan import all_finite, scan_source
 from eagle3_quant.quantize.plan import make_plan
 from safetensors.torch import load_file, save_file
 
@@ -84,18 +84,19 @@ def test_scan_source_digests_every_file(make_draft, small_chunks):
 
 
 @pytest.mark.parametrize("row", [0, 37, 63])
-def test_scan_source_names_the_tensor_and_rows_holding_nan(make_draft, small_chunks, row):
+def test_scan_source_names_the_tensor_first_position_and_count(make_draft, small_chunks, row):
     src = make_draft()
     tensors = load_file(src / "model.safetensors")
-    tensors["midlayer.mlp.down_proj.weight"][row, 5] = float("nan")
+    weight = tensors["midlayer.mlp.down_proj.weight"]
+    weight[row, 5] = float("nan")
+    weight[row, 100] = float("inf")          # same row, another 64-byte piece
+    weight[row, 159] = float("-inf")         # and the last piece of the row
     save_file(tensors, src / "model.safetensors", metadata={"format": "pt"})
-    row_bytes = tensors["midlayer.mlp.down_proj.weight"].shape[1] * 2
     with pytest.raises(DraftFormatError) as err:
         scan_source(read_draft(src))
     message = str(err.value)
-    assert "midlayer.mlp.down_proj.weight" in message and "1 NaN/Inf" in message
-    first = (row * row_bytes + 10) // SMALL_CHUNK * SMALL_CHUNK // row_bytes
-    assert f"rows {first}..{first}" in message
+    assert "tensor 'midlayer.mlp.down_proj.weight'" in message
+    assert f"holds 3 NaN/Inf value(s) (first at [{row}, 5])" in message
 
 
 def _copy_of_output(quantized_tiny, tmp_path):
@@ -137,7 +138,8 @@ def test_quantize_refuses_inf_before_writing_anything(make_draft, tmp_path):
     tensors = load_file(src / "model.safetensors")
     tensors["lm_head.weight"][3, 3] = float("-inf")
     save_file(tensors, src / "model.safetensors", metadata={"format": "pt"})
-    with pytest.raises(DraftFormatError, match=r"lm_head\.weight.*rows 0\.\.") as err:
+    with pytest.raises(DraftFormatError, match=r"lm_head\.weight.*1 NaN/Inf value\(s\) \(first at \[3, 3\]\)") \
+            as err:
         quantize_draft(src, tmp_path / "out", device="cpu")
     assert str(src / "model.safetensors") in str(err.value)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["src"]

@@ -9,17 +9,20 @@ import typer
 
 from eagle3_quant.cli.app import app
 from eagle3_quant.errors import Eagle3QuantError
+from eagle3_quant.interrupts import InterruptRecord, handling_interrupts
 
 # Command modules register their verbs on `app` when imported; keep each import-light.
 from eagle3_quant.cli import (  # noqa: E402,F401  isort: skip
-    calibrate_cmd, card_cmd, inspect_cmd, push_cmd, quantize_cmd, run_cmd, sensitivity_cmd)
+    calibrate_cmd, card_cmd, inspect_cmd, push_cmd, quantize_cmd, run_cmd, sensitivity_cmd, validate_cmd)
 
 DEBUG_ENV = "EAGLE3_QUANT_DEBUG"
 
 
 def main(argv: list[str] | None = None) -> None:
+    interrupts = InterruptRecord()
     try:
-        code = app(args=argv, prog_name="eagle3-quant", standalone_mode=False)
+        with handling_interrupts(interrupts):
+            code = app(args=argv, prog_name="eagle3-quant", standalone_mode=False)  # Ctrl-C: typer returns 130
     except typer.Exit as exc:
         code = exc.exit_code
     except typer.TyperException as exc:  # usage errors: bad option, missing argument, bad choice
@@ -27,14 +30,17 @@ def main(argv: list[str] | None = None) -> None:
         show() if show else print(f"error: {exc.format_message()}", file=sys.stderr)
         code = exc.exit_code
     except typer.Abort:
-        print("aborted", file=sys.stderr)
         code = 130
-    except Eagle3QuantError as exc:
-        if os.environ.get(DEBUG_ENV):
-            raise
-        print(f"error: {exc}", file=sys.stderr)
-        code = exc.exit_code
     except KeyboardInterrupt:
-        print("interrupted: nothing was written", file=sys.stderr)
         code = 130
+    except Exception as exc:
+        if interrupts.requested:   # a library turned the interrupt into another error
+            code = 130
+        elif isinstance(exc, Eagle3QuantError) and not os.environ.get(DEBUG_ENV):
+            print(f"error: {exc}", file=sys.stderr)
+            code = exc.exit_code
+        else:
+            raise
+    if code == 130:
+        print("interrupted: nothing half-written was kept", file=sys.stderr)
     sys.exit(code if isinstance(code, int) else 0)

@@ -34,6 +34,9 @@ def quantize_command(
     force: Annotated[bool, typer.Option("--force", help="Replace OUT if it exists.")] = False,
     revision: Annotated[str | None, typer.Option(help="Hub revision of SRC.")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", help="Show Quark's own log.")] = False,
+    allow_pickle: Annotated[bool, typer.Option(
+        "--allow-pickle", help="Accept a draft with only pickle (.bin/.pt) weights: loaded with "
+        "torch.load(weights_only=True), converted to safetensors; the source is only read.")] = False,
 ) -> None:
     """Quantize a draft to FP8 with AMD Quark; write config.json that vLLM loads unedited, and a manifest."""
     from eagle3_quant.cli.render import console, human_bytes, print_loader_check
@@ -44,7 +47,7 @@ def quantize_command(
                       "cannot load a quantized fc; vLLM can.")
     result = quantize_draft(src, out, scheme.value, exclude, device.value if device else None,
                             quantize_fc=quantize_fc, force=force, revision=revision, calib=calib,
-                            auto_exclude=auto_exclude, verbose=verbose)
+                            auto_exclude=auto_exclude, verbose=verbose, allow_pickle=allow_pickle)
     print_loader_check(result.loader_check)
     outputs = result.manifest.outputs
     console.print(f"wrote {result.output} in {result.seconds:.1f} s: {len(outputs)} files, "

@@ -1,0 +1,63 @@
+"""Terminal tables for a ValidationReport."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from eagle3_quant.cli.render import console
+
+STATUS_STYLE = {"passed": "[green]passed[/]", "failed": "[red]FAILED[/]", "skipped": "[yellow]skipped[/]"}
+
+
+def _fmt(value, digits: int = 4) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    if isinstance(value, list):
+        return ", ".join(_fmt(v, digits) for v in value)
+    return str(value)
+
+
+def print_validation(report) -> None:
+    table = Table(title=f"validation of {report.artifact}")
+    for col in ("check", "status", "detail"):
+        table.add_column(col)
+    for check in report.checks:
+        table.add_row(check.name, STATUS_STYLE[check.status], check.detail)
+    console.print(table)
+    m = report.metrics
+    if m.get("acceptance_length_bf16") is not None:
+        metrics = Table(title=f"fidelity on calibration data (k={m.get('k')}, {m.get('drafts')} chains, "
+                              f"{m.get('positions')} positions)")
+        for col in ("metric", "BF16", "FP8", "FP8 / BF16"):
+            metrics.add_column(col)
+        interval = m.get("acceptance_ratio_interval")
+        ratio = _fmt(m.get("acceptance_ratio")) + (f" [{_fmt(interval)}]" if interval else "")
+        metrics.add_row("acceptance length", _fmt(m.get("acceptance_length_bf16"), 3),
+                        _fmt(m.get("acceptance_length_fp8"), 3), ratio)
+        metrics.add_row("per-position acceptance", _fmt(m.get("per_position_acceptance_bf16"), 3),
+                        _fmt(m.get("per_position_acceptance_fp8"), 3), "")
+        metrics.add_row("top-1 agreement (step 0)", "", "", _fmt(m.get("top1_agreement")))
+        metrics.add_row("KL(BF16 || FP8) per token", "", "", _fmt(m.get("kl"), 6))
+        console.print(metrics)
+    if report.layers:
+        layers = Table(title="weight SQNR (dequantized FP8 vs BF16)")
+        for col in ("module", "shape", "SQNR dB"):
+            layers.add_column(col)
+        for layer in report.layers:
+            layers.add_row(layer["module"], "x".join(map(str, layer["shape"])), _fmt(layer["sqnr_db"], 2))
+        console.print(layers)
+    kernel = report.kernel
+    if kernel.get("kernels"):
+        console.print("kernels: " + ", ".join(kernel["kernels"]))
+    timing = kernel.get("timing")
+    if timing:
+        pairs = zip(timing["batch_sizes"], timing["fp8_over_bf16"], strict=True)
+        console.print("FP8 / BF16 time of the draft's linears by batch size: "
+                      + ", ".join(f"{b}: {_fmt(r, 2)}" for b, r in pairs))
+    verdict = "[green]PASSED[/]" if report.passed else \
+        f"[red]FAILED[/] ({', '.join(c.name for c in report.failed_checks)})"
+    skipped = [c.name for c in report.checks if c.status == "skipped"]
+    console.print(f"validation {verdict}; report {report.report_path}"
+                  + (f"; not run: {', '.join(skipped)}" if skipped else ""))

@@ -1,0 +1,143 @@
+"""`validate_draft`: prove an FP8 draft still works - structure, fidelity to its BF16 reference, kernel path."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from pathlib import Path
+
+from eagle3_quant.calib.format import CalibrationSet, load_calibration
+from eagle3_quant.calib.taps import resolve_taps
+from eagle3_quant.validate.kernel_check import kernel_checks, run_kernel_check
+from eagle3_quant.validate.report import DEFAULT_K, REPORT_NAME, Check, Gates, ValidationReport, failed, gate, skipped
+from eagle3_quant.validate.structure import Fp8Artifact, read_artifact, read_reference, structure_checks
+
+from eagle3_quant.draft import DraftCheckpoint
+from eagle3_quant.errors import DraftFormatError, Eagle3QuantError
+from eagle3_quant.layout import EMBEDDING_NAMES
+
+FIDELITY_CHECKS = ("top1_agreement", "acceptance_ratio")
+
+
+def _check_calibration(calib: CalibrationSet, art: Fp8Artifact) -> None:
+    cfg = art.config
+    if calib.info.target_hidden_size != cfg.target_hidden_size:
+        raise DraftFormatError(f"calibration states have target hidden {calib.info.target_hidden_size}, the draft "
+                               f"expects {cfg.target_hidden_size}", path=calib.path, field="target_hidden_size")
+    if cfg.aux_layer_ids is None:
+        return                        # the default taps depend on the target's depth: nothing to compare
+    taps = resolve_taps(cfg, None)
+    if tuple(calib.info.aux_layer_ids) != taps.indices:
+        raise DraftFormatError(f"calibration holds hidden_states {list(calib.info.aux_layer_ids)}, the draft reads "
+                               f"{list(taps.indices)} ({taps.origin}, {taps.convention.value} convention)",
+                               path=calib.path, field="aux_layer_ids")
+
+
+def _embedding(art: Fp8Artifact, calib: CalibrationSet, target: str | Path | None):
+    """The target's token embedding when the draft has none (from `target`, else the calibration set's target)."""
+    if any(name in art.checkpoint.tensors for name in EMBEDDING_NAMES):
+        return None
+    from eagle3_quant.runtime.embedding import read_target_embedding
+
+    source = target or calib.info.target
+    if not source:
+        raise DraftFormatError("the draft has no token embedding and no target is known", field="target",
+                               hint="pass --target with the target model's folder or Hub id")
+    return read_target_embedding(source)
+
+
+def _fidelity(art: Fp8Artifact, reference: DraftCheckpoint | None, calib: CalibrationSet | None,
+              target: str | Path | None, gates: Gates, k: int, device: str | None,
+              max_samples: int | None) -> tuple[list[Check], dict]:
+    if reference is None or calib is None:
+        missing = " and ".join(x for x, v in (("a reference draft (--reference)", reference),
+                                               ("calibration data (--calib)", calib)) if v is None)
+        return [skipped(name, f"needs {missing}") for name in FIDELITY_CHECKS], {}
+    import torch
+    from eagle3_quant.validate.fidelity import calibration_fidelity
+
+    from eagle3_quant.runtime.loading import load_draft
+
+    embedding = _embedding(art, calib, target)
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    # CPUs without bf16 units run bf16 matmuls several times slower; the weights are the same in fp32
+    dtype = torch.float32 if torch.device(device).type == "cpu" else None
+    bf16_draft = load_draft(reference.path, device, dtype, embedding=embedding)
+    try:
+        fp8_draft = load_draft(art.path, device, dtype, embedding=embedding)
+    except Eagle3QuantError as exc:
+        return [failed(name, f"the FP8 draft does not load: {exc}") for name in FIDELITY_CHECKS], {}
+    result = calibration_fidelity(fp8_draft, bf16_draft, calib, k, max_samples)
+    metrics = {**result.metrics(), "compute_dtype": str(bf16_draft.dtype).removeprefix("torch."), "device": device}
+    checks = [gate("top1_agreement", result.top1_agreement, gates.min_top1_agreement,
+                   f"step-0 top-1 agreement with the BF16 draft over {result.positions} positions")]
+    if result.ratio is None:
+        checks.append(failed("acceptance_ratio", "no chain start in the calibration set is a greedy continuation "
+                                                 "of the target (calibrate with generated tokens)"))
+    else:
+        what = (f"acceptance length FP8 {result.candidate.acceptance_length:.3f} / BF16 "
+                f"{result.reference.acceptance_length:.3f} at k={k} over {result.reference.drafts} chains "
+                f"(95% CI {result.ratio.low:.4f}..{result.ratio.high:.4f}); ratio")
+        checks.append(gate("acceptance_ratio", result.ratio.ratio, gates.min_acceptance_ratio, what))
+    return checks, metrics
+
+
+def _sqnr(art: Fp8Artifact, reference: DraftCheckpoint | None, gates: Gates) -> tuple[Check, list[dict]]:
+    if reference is None:
+        return skipped("weight_sqnr", "needs a reference draft (--reference)"), []
+    from eagle3_quant.validate.fidelity import weight_sqnr
+
+    layers = weight_sqnr(art, reference)
+    if not layers:
+        return failed("weight_sqnr", "no FP8 weight has a counterpart of the same shape in the reference"), []
+    worst = min(layers, key=lambda layer: -math.inf if math.isnan(layer["sqnr_db"]) else layer["sqnr_db"])
+    return gate("weight_sqnr", worst["sqnr_db"], gates.min_weight_sqnr_db,
+                f"lowest weight SQNR in dB ({worst['module']})"), layers
+
+
+def validate_draft(out: str | Path, reference: str | Path | None = None, calib: str | Path | None = None,
+                   report: str | Path | None = None, gates: Gates | Mapping[str, float] | None = None, *,
+                   k: int = DEFAULT_K, target: str | Path | None = None, device: str | None = None, kernel: bool = True,
+                   max_samples: int | None = None) -> ValidationReport:
+    """Validate the FP8 draft OUT; write the JSON report (default OUT/validation.json) and return it.
+
+    `reference`: the BF16 draft (default: the manifest's source folder if it still exists). `calib`: a
+    calibration set (``eagle3-quant calibrate``) for the data checks. `target`: where to take the token
+    embedding from when the draft has none (default: the calibration set's target). `k`: draft steps per chain.
+    `gates`: a Gates or a mapping of its fields.
+    Bad inputs raise an Eagle3QuantError; a draft that fails a check returns a report with ``passed`` False.
+    """
+    gates = Gates.from_value(gates)
+    if k < 1:
+        raise DraftFormatError(f"k must be >= 1, got {k}", field="k")
+    out = Path(out).expanduser().resolve()
+    art = read_artifact(out)
+    ref = read_reference(Path(reference).expanduser() if reference is not None else None, out)
+    cal = load_calibration(Path(calib).expanduser()) if calib is not None else None
+    if cal is not None:
+        _check_calibration(cal, art)
+
+    checks = structure_checks(art, ref)
+    sqnr_check, layers = _sqnr(art, ref, gates)
+    checks.append(sqnr_check)
+    fidelity_checks, metrics = _fidelity(art, ref, cal, target, gates, k, device, max_samples)
+    checks += fidelity_checks
+    if layers:
+        metrics["min_weight_sqnr_db"] = sqnr_check.data["value"]
+    unreadable = any(c.name == "fp8_weights" and c.status == "failed" for c in checks)
+    if kernel and not unreadable:
+        kernel_result = run_kernel_check(out, device)
+        checks += kernel_checks(kernel_result)
+    else:
+        reason = "the FP8 weights or scales are malformed (fp8_weights)" if unreadable else \
+            "kernel check turned off (--no-kernel)"
+        kernel_result = {"status": "skipped", "reason": reason}
+        checks.append(skipped("kernel_path", reason))
+    calibration = None if cal is None else {"path": str(cal.path.resolve()), "samples": cal.num_samples,
+                                            "tokens": cal.num_tokens, "target": cal.info.target}
+    result = ValidationReport(out, ref.path if ref is not None else None, calibration, gates, tuple(checks),
+                              metrics, tuple(layers), kernel_result)
+    report_path = Path(report).expanduser() if report is not None else out / REPORT_NAME
+    result.write(report_path)
+    return dataclasses.replace(result, report_path=report_path)

@@ -1,0 +1,167 @@
+"""What runs inside the kernel check: the draft's FP8 linears through ``torch._scaled_mm`` rowwise on one device.
+
+- :func:`numerics`: every quantized linear, activations quantized per token, bf16 out, against the dequantized
+  reference on the same device (and, on gfx942, after vLLM's e4m3fn -> e4m3fnuz conversion).
+- :func:`profile_kernels`: the GPU kernels the FP8 GEMMs launched, from ``torch.profiler``.
+- :func:`time_linears`: FP8 (per-token quantization + scaled_mm) against BF16 ``F.linear`` for vLLM's runtime
+  layers (q/k/v and gate/up fused) at decode batch sizes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from eagle3_quant.validate.platform import Platform
+from eagle3_quant.validate.structure import read_artifact
+from safetensors import safe_open
+
+from eagle3_quant.layout import FUSED_GROUPS
+from eagle3_quant.runtime import fp8
+
+NUMERICS_ROWS = (1, 16, 64)
+TIMING_BATCHES = (1, 2, 4, 8, 16, 32, 64)
+GPU_TOLERANCE = 1e-2          # max |out - ref| / max |ref|: a bf16 ulp is 2^-8, accumulation order differs
+FNUZ_TOLERANCE = 3e-2         # activations are re-quantized to fnuz (max 224): one more rounding
+
+
+@dataclass(frozen=True)
+class Fp8Weight:
+    module: str
+    role: str
+    weight: torch.Tensor          # float8_e4m3fn [N, K]
+    scale: torch.Tensor           # fp32 [N] or [1]
+    input_scale: torch.Tensor | None = None   # static per-tensor activation scale (--scheme fp8)
+
+    def quantize_input(self, x: torch.Tensor, dtype: torch.dtype = torch.float8_e4m3fn,
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.input_scale is None:
+            return fp8.quantize_per_token(x, dtype)
+        doubled = 2.0 if dtype == torch.float8_e4m3fnuz else 1.0   # fnuz values are half: vLLM doubles scales
+        return fp8.quantize_static(x, self.input_scale * doubled, dtype)
+
+
+def _read(info) -> torch.Tensor:
+    with safe_open(str(info.file), framework="pt") as fh:
+        return fh.get_tensor(info.name)
+
+
+def read_fp8_weights(out: Path, device: str) -> list[Fp8Weight]:
+    art = read_artifact(out)
+    weights = []
+    for module in art.fp8_modules:
+        w_info = art.checkpoint.tensors[module + ".weight"]
+        weight = _read(w_info).to(device)
+        scale = _read(art.checkpoint.tensors[module + ".weight_scale"]).to(device, torch.float32).reshape(-1)
+        i_info = art.checkpoint.tensors.get(module + ".input_scale")
+        input_scale = _read(i_info).to(device, torch.float32).reshape(1) if i_info is not None else None
+        weights.append(Fp8Weight(module, art.role_of(module), weight, scale, input_scale))
+    return weights
+
+
+def _activations(rows: int, k: int, device: str, seed: int) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(rows, k, generator=gen).to(device, torch.bfloat16)
+
+
+def _error(out: torch.Tensor, ref: torch.Tensor) -> float:
+    return float((out.float() - ref.float()).abs().max() / ref.float().abs().max().clamp(min=1e-30))
+
+
+def numerics(weights: list[Fp8Weight], platform: Platform) -> list[dict]:
+    rows = []
+    tolerance = 0.0 if platform.kind == "cpu" else GPU_TOLERANCE
+    for i, w in enumerate(weights):
+        for m in NUMERICS_ROWS:
+            x = _activations(m, w.weight.shape[1], platform.device, seed=1000 * i + m)
+            a, scale_a = w.quantize_input(x)
+            out = fp8.fp8_linear(a, scale_a, w.weight, w.scale)
+            ref = fp8.dequantized_matmul(a, scale_a, w.weight, w.scale)
+            entry = {"module": w.module, "rows": m, "format": "e4m3fn", "max_rel_error": _error(out, ref),
+                     "bit_exact": bool(torch.equal(out, ref)), "tolerance": tolerance}
+            entry["ok"] = entry["max_rel_error"] <= tolerance
+            rows.append(entry)
+            if platform.needs_fnuz:
+                wz, sz, _ = fp8.e4m3fn_to_e4m3fnuz(w.weight, w.scale)
+                az, scale_az = w.quantize_input(x, torch.float8_e4m3fnuz)
+                err = _error(fp8.fp8_linear(az, scale_az, wz, sz), ref)
+                rows.append({"module": w.module, "rows": m, "format": "e4m3fnuz", "max_rel_error": err,
+                             "bit_exact": False, "tolerance": FNUZ_TOLERANCE, "ok": err <= FNUZ_TOLERANCE})
+    return rows
+
+
+def _run_fp8(w: Fp8Weight, x: torch.Tensor, fnuz: bool) -> torch.Tensor:
+    if fnuz:
+        wz, sz, _ = fp8.e4m3fn_to_e4m3fnuz(w.weight, w.scale)
+        a, scale_a = w.quantize_input(x, torch.float8_e4m3fnuz)
+        return fp8.fp8_linear(a, scale_a, wz, sz)
+    a, scale_a = w.quantize_input(x)
+    return fp8.fp8_linear(a, scale_a, w.weight, w.scale)
+
+
+def profile_kernels(weights: list[Fp8Weight], platform: Platform) -> dict:
+    """GPU kernel names launched while the FP8 linears ran (quantization kernels included), by count."""
+    from torch.profiler import ProfilerActivity, profile
+
+    xs = [_activations(16, w.weight.shape[1], platform.device, seed=7) for w in weights]
+    for w, x in zip(weights, xs, strict=True):      # warm up: heuristics and workspace outside the trace
+        _run_fp8(w, x, platform.needs_fnuz)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for w, x in zip(weights, xs, strict=True):
+            _run_fp8(w, x, platform.needs_fnuz)
+        torch.cuda.synchronize()
+    kernels: dict[str, int] = {}
+    ops: dict[str, int] = {}
+    for event in prof.events():
+        table = kernels if event.device_type == torch.autograd.DeviceType.CUDA else ops
+        table[event.name] = table.get(event.name, 0) + 1
+    return {"kernels": kernels, "ops": {k: v for k, v in ops.items() if k.startswith("aten::")}}
+
+
+def runtime_layers(weights: list[Fp8Weight]) -> list[Fp8Weight]:
+    """vLLM's fused runtime layers: q/k/v -> qkv_proj and gate/up -> gate_up_proj (weights concatenated)."""
+    by_role = {w.role: w for w in weights}
+    fused, used = [], set()
+    for name, roles in FUSED_GROUPS.items():
+        if all(r in by_role for r in roles):
+            parts = [by_role[r] for r in roles]
+            scales = [p.scale.expand(p.weight.shape[0]) for p in parts]
+            static = [p.input_scale for p in parts if p.input_scale is not None]
+            shared = torch.stack(static).amax().reshape(1) if len(static) == len(parts) else None
+            fused.append(Fp8Weight(name, name, torch.cat([p.weight for p in parts]), torch.cat(scales), shared))
+            used.update(roles)
+    return fused + [w for w in weights if w.role not in used]
+
+
+def _median_ms(fn, iters: int = 50, warmup: int = 10) -> float:
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return sorted(times)[len(times) // 2]
+
+
+def time_linears(weights: list[Fp8Weight], platform: Platform, batches=TIMING_BATCHES) -> dict:
+    layers = []
+    for w in runtime_layers(weights):
+        bf16 = fp8.dequantize(w.weight, w.scale, torch.bfloat16)
+        entry = {"layer": w.module, "shape": list(w.weight.shape), "bf16_ms": [], "fp8_ms": []}
+        for m in batches:
+            x = _activations(m, w.weight.shape[1], platform.device, seed=m)
+            entry["bf16_ms"].append(_median_ms(lambda x=x, bf16=bf16: torch.nn.functional.linear(x, bf16)))
+            entry["fp8_ms"].append(_median_ms(lambda x=x, w=w: _run_fp8(w, x, platform.needs_fnuz)))
+        layers.append(entry)
+    totals_bf16 = [sum(e["bf16_ms"][i] for e in layers) for i in range(len(batches))]
+    totals_fp8 = [sum(e["fp8_ms"][i] for e in layers) for i in range(len(batches))]
+    return {"batch_sizes": list(batches), "layers": layers, "total_bf16_ms": totals_bf16, "total_fp8_ms": totals_fp8,
+            "fp8_over_bf16": [f / b if b else None for f, b in zip(totals_fp8, totals_bf16, strict=True)],
+            "includes": "per-token activation quantization + torch._scaled_mm vs F.linear, median of 50 runs"}

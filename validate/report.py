@@ -1,0 +1,171 @@
+"""The validation report: checks, metrics and kernel evidence, and its versioned JSON form.
+
+``OUT/validation.json`` (``report_version`` 1)::
+
+    {
+      "report_version": 1,
+      "passed": bool,                        # no check failed (skipped checks do not fail a report)
+      "created_at": "2025-01-01T00:00:00+00:00",
+      "artifact": "/path/OUT",               # the FP8 draft validated
+      "reference": "/path/SRC" | null,       # the BF16 draft it was compared with
+      "calibration": {"path", "samples", "tokens", "target"} | null,
+      "gates": {"min_top1_agreement": 0.95, "min_acceptance_ratio": 0.99, "min_weight_sqnr_db": 25.0},
+      "checks": [{"name", "status": "passed" | "failed" | "skipped", "detail", ...}],
+      "metrics": {
+        "acceptance_length_bf16", "acceptance_length_fp8",   # 1 + mean accepted, greedy chains of k steps
+        "acceptance_ratio",                                  # fp8 / bf16 on the same chain starts
+        "acceptance_ratio_interval", "acceptance_ratio_confidence", "acceptance_ratio_method",
+        "per_position_acceptance_bf16", "per_position_acceptance_fp8",   # vLLM's per-position rates
+        "k", "drafts",                                       # steps per chain, chains evaluated
+        "top1_agreement", "kl",                              # step-0 logits, every calibration position
+        "positions", "min_weight_sqnr_db"
+      },
+      "layers": [{"module", "role", "shape", "sqnr_db"}],    # per quantized linear (needs the reference)
+      "kernel": {"status", "device", "platform", "backend", "kernels": [...], ...},   # see kernel_check.py
+      "versions": {"eagle3-quant", "torch", ...}
+    }
+
+A measurement that was not made is absent or null, never estimated; the check that needed it says
+``skipped`` and why. Status ``skipped`` never counts as ``passed``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from eagle3_quant.export.manifest import library_versions
+
+from eagle3_quant.errors import SchemeError
+
+REPORT_VERSION = 1
+REPORT_NAME = "validation.json"
+DEFAULT_K = 3                 # draft tokens per speculative step (vLLM num_speculative_tokens)
+Status = Literal["passed", "failed", "skipped"]
+
+
+@dataclass(frozen=True)
+class Gates:
+    """Thresholds that make validation fail (exit status 1)."""
+
+    # Acceptance is what serving speed depends on; top-1 is a coarser guard. Near-tied logits flip under any
+    # rounding: the tiny pair's BF16 draft agrees with itself run in fp32 on only 98.8% of top-1 tokens, and its
+    # FP8 draft on 96.7% while keeping 100.2% of the acceptance length. So the top-1 gate is 0.95, not 0.98.
+    min_top1_agreement: float = 0.95
+    min_acceptance_ratio: float = 0.99
+    min_weight_sqnr_db: float = 25.0
+
+    def to_dict(self) -> dict:
+        return {"min_top1_agreement": self.min_top1_agreement, "min_acceptance_ratio": self.min_acceptance_ratio,
+                "min_weight_sqnr_db": self.min_weight_sqnr_db}
+
+    @classmethod
+    def from_value(cls, value: Gates | Mapping[str, float] | None) -> Gates:
+        """A Gates, a mapping of its fields (pipeline files), or None for the defaults; unknown names refused."""
+        if value is None or isinstance(value, Gates):
+            return value or cls()
+        known = set(cls().to_dict())
+        unknown = sorted(set(value) - known)
+        if unknown:
+            raise SchemeError(f"unknown gate(s) {', '.join(unknown)}; valid gates: {', '.join(sorted(known))}",
+                              field="gates")
+        return cls(**{k: float(v) for k, v in value.items()})
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: Status
+    detail: str
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "status": self.status, "detail": self.detail, **_clean(self.data)}
+
+
+def passed(name: str, detail: str, **data: Any) -> Check:
+    return Check(name, "passed", detail, data)
+
+
+def failed(name: str, detail: str, **data: Any) -> Check:
+    return Check(name, "failed", detail, data)
+
+
+def skipped(name: str, reason: str, **data: Any) -> Check:
+    return Check(name, "skipped", reason, data)
+
+
+def gate(name: str, value: float | None, threshold: float, what: str, *, higher_is_better: bool = True) -> Check:
+    if value is None or math.isnan(value):
+        return failed(name, f"{what} could not be measured", value=None, threshold=threshold)
+    ok = value >= threshold if higher_is_better else value <= threshold
+    sign = ">=" if higher_is_better else "<="
+    text = f"{what} {value:.4f} ({'meets' if ok else 'misses'} the gate {sign} {threshold})"
+    return (passed if ok else failed)(name, text, value=value, threshold=threshold)
+
+
+@dataclass(frozen=True)
+class ValidationReport:
+    artifact: Path
+    reference: Path | None
+    calibration: dict | None
+    gates: Gates
+    checks: tuple[Check, ...]
+    metrics: dict[str, Any]
+    layers: tuple[dict, ...]
+    kernel: dict[str, Any]
+    report_path: Path | None = None
+
+    @property
+    def passed(self) -> bool:
+        return not any(c.status == "failed" for c in self.checks)
+
+    @property
+    def failed_checks(self) -> tuple[Check, ...]:
+        return tuple(c for c in self.checks if c.status == "failed")
+
+    def check(self, name: str) -> Check:
+        for c in self.checks:
+            if c.name == name:
+                return c
+        raise KeyError(name)
+
+    def to_dict(self) -> dict:
+        return {
+            "report_version": REPORT_VERSION,
+            "passed": self.passed,
+            "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "artifact": str(self.artifact),
+            "reference": str(self.reference) if self.reference else None,
+            "calibration": self.calibration,
+            "gates": self.gates.to_dict(),
+            "checks": [c.to_dict() for c in self.checks],
+            "metrics": _clean(self.metrics),
+            "layers": [_clean(layer) for layer in self.layers],
+            "kernel": _clean(self.kernel),
+            "versions": library_versions(),
+        }
+
+    def write(self, path: Path) -> Path:
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+        tmp.replace(path)
+        return path
+
+
+def _clean(value: Any) -> Any:
+    """JSON-safe: NaN/Inf become null (a measurement that does not exist), tuples become lists."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    return value

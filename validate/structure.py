@@ -1,0 +1,254 @@
+"""Data-free checks of an FP8 draft folder: dtypes and scales, finiteness, untouched parts, config, vLLM load.
+
+Every check collects all its problems (the first few are named) instead of stopping at the first one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from eagle3_quant.export.manifest import MANIFEST_NAME
+from eagle3_quant.export.verify import same_bytes
+from eagle3_quant.validate.loader_compat import check_loader_compat
+from eagle3_quant.validate.report import Check, failed, passed, skipped
+from safetensors import safe_open
+
+from eagle3_quant.checkpoint import Checkpoint, read_checkpoint
+from eagle3_quant.config import DraftConfig, load_config_file, parse_config
+from eagle3_quant.draft import DraftCheckpoint
+from eagle3_quant.errors import DraftFormatError
+from eagle3_quant.formats import detect_format
+from eagle3_quant.hashing import sha256_file
+from eagle3_quant.layout import DraftLayout, build_layout
+from eagle3_quant.safetensors_header import FLOAT_DTYPES, FP8_DTYPES, TensorInfo
+
+SCALE_SUFFIXES = ("weight_scale", "input_scale")
+ROWS_PER_CHUNK = 4096
+SHOWN = 3
+
+
+@dataclass(frozen=True)
+class Fp8Artifact:
+    """An FP8 draft folder as read from disk: its tensors, config and which linears hold FP8 weights."""
+
+    path: Path
+    checkpoint: Checkpoint
+    raw_config: dict
+    config: DraftConfig
+    layout: DraftLayout
+    fp8_modules: tuple[str, ...]
+
+    @property
+    def quant_config(self) -> dict:
+        qc = self.raw_config.get("quantization_config")
+        return qc if isinstance(qc, dict) else {}
+
+    def role_of(self, module: str) -> str:
+        return next(lin.role for lin in self.layout.linears if lin.module == module)
+
+
+def read_artifact(out: Path) -> Fp8Artifact:
+    """Headers and config of OUT; the draft's layout is checked as if its FP8 weights were BF16."""
+    raw = load_config_file(out / "config.json")
+    checkpoint = read_checkpoint(out)
+    fp8 = tuple(sorted(n.removesuffix(".weight") for n, i in checkpoint.tensors.items() if i.dtype in FP8_DTYPES))
+    scales = {f"{m}.{s}" for m in fp8 for s in SCALE_SUFFIXES}
+    view = {n: dataclasses.replace(i, dtype="BF16") if i.dtype in FP8_DTYPES else i
+            for n, i in checkpoint.tensors.items() if n not in scales}
+    fmt = detect_format(view, raw, str(out))
+    float_raw = {k: v for k, v in raw.items() if k != "quantization_config"}
+    config = parse_config(float_raw, fmt, out / "config.json")
+    layout = build_layout(fmt, config, view, str(out))
+    return Fp8Artifact(out, checkpoint, raw, config, layout, fp8)
+
+
+def _listed(problems: list[str]) -> str:
+    more = f" (+{len(problems) - SHOWN} more)" if len(problems) > SHOWN else ""
+    return "; ".join(problems[:SHOWN]) + more
+
+
+def _load(info: TensorInfo) -> torch.Tensor:
+    with safe_open(str(info.file), framework="pt") as fh:
+        return fh.get_tensor(info.name)
+
+
+def check_fp8_weights(art: Fp8Artifact) -> Check:
+    tensors, problems = art.checkpoint.tensors, []
+    per_channel = (art.quant_config.get("global_quant_config") or {}).get("weight", {}).get("qscheme") \
+        == "per_channel"
+    for module in art.fp8_modules:
+        weight = tensors[module + ".weight"]
+        if weight.dtype != "F8_E4M3":
+            problems.append(f"{weight.name} is {weight.dtype}, vLLM's Quark path expects F8_E4M3 (float8_e4m3fn)")
+        rows = weight.shape[0] if weight.shape else 0
+        scale = tensors.get(module + ".weight_scale")
+        want = ((rows,),) if per_channel else ((1,), ())
+        if scale is None:
+            problems.append(f"{module}.weight_scale is missing")
+        elif scale.dtype != "F32" or scale.shape not in want:
+            problems.append(f"{scale.name} is {scale.dtype} {list(scale.shape)}, expected F32 {list(want[0])}")
+        else:
+            values = _load(scale)
+            if not bool(torch.isfinite(values).all() and (values > 0).all()):
+                problems.append(f"{scale.name} holds {int((~(torch.isfinite(values) & (values > 0))).sum())} "
+                                "non-finite or non-positive value(s)")
+        inp = tensors.get(module + ".input_scale")
+        if inp is not None:
+            values = _load(inp)
+            if inp.dtype != "F32" or inp.numel != 1 or not bool(torch.isfinite(values).all() and (values > 0).all()):
+                problems.append(f"{inp.name} must be one finite positive F32 value")
+    orphans = sorted(n for n in tensors if n.rsplit(".", 1)[-1] in SCALE_SUFFIXES
+                     and n.rsplit(".", 1)[0] not in art.fp8_modules)
+    problems += [f"{n} has no FP8 weight" for n in orphans]
+    if not art.fp8_modules:
+        problems.append("no FP8 weight in the checkpoint")
+    if problems:
+        return failed("fp8_weights", _listed(problems))
+    kind = "per-channel [N]" if per_channel else "per-tensor"
+    return passed("fp8_weights", f"{len(art.fp8_modules)} FP8 E4M3 weights with finite positive {kind} scales",
+                  modules=list(art.fp8_modules))
+
+
+def _bad_count(info: TensorInfo, chunk: torch.Tensor) -> int:
+    if info.dtype in FP8_DTYPES:
+        # e4m3fn's NaN is 0x7F/0xFF; the fnuz types use 0x80 (no Inf in either)
+        bits = chunk.view(torch.uint8)
+        nan = (bits & 0x7F) == 0x7F if info.dtype == "F8_E4M3" else bits == 0x80
+        return int(nan.sum())
+    return int((~torch.isfinite(chunk)).sum())
+
+
+def check_finite(art: Fp8Artifact) -> Check:
+    problems, checked = [], 0
+    for info in art.checkpoint.tensors.values():
+        if info.dtype not in FLOAT_DTYPES | FP8_DTYPES:
+            continue
+        checked += 1
+        with safe_open(str(info.file), framework="pt") as fh:
+            if not info.shape:
+                bad = _bad_count(info, fh.get_tensor(info.name))
+            else:
+                sliced = fh.get_slice(info.name)
+                bad = sum(_bad_count(info, sliced[s:s + ROWS_PER_CHUNK])
+                          for s in range(0, info.shape[0], ROWS_PER_CHUNK))
+        if bad:
+            problems.append(f"{info.name} holds {bad} NaN/Inf value(s)")
+    if problems:
+        return failed("finite", _listed(problems))
+    return passed("finite", f"no NaN/Inf (FP8 NaN encodings included) in {checked} float tensors")
+
+
+def check_unchanged(art: Fp8Artifact, reference: DraftCheckpoint | None) -> Check:
+    if reference is None:
+        return skipped("unchanged_parts", "no reference draft (--reference, or a local source in the manifest)")
+    ref, out = reference.checkpoint.tensors, art.checkpoint.tensors
+    scales = {f"{m}.{s}" for m in art.fp8_modules for s in SCALE_SUFFIXES}
+    problems, same = [], 0
+    for name in sorted(set(ref) - set(out)):
+        problems.append(f"{name} is in the reference but not in the output")
+    for name, info in sorted(out.items()):
+        if name in scales:
+            continue
+        source = ref.get(name)
+        if source is None:
+            problems.append(f"{name} is not in the reference")
+        elif info.shape != source.shape:
+            problems.append(f"{name} has shape {list(info.shape)}, the reference {list(source.shape)}")
+        elif info.dtype in FP8_DTYPES:
+            continue
+        elif info.dtype != source.dtype or not same_bytes(source, info):
+            problems.append(f"{name} differs from the reference ({source.dtype} -> {info.dtype})")
+        else:
+            same += 1
+    if problems:
+        return failed("unchanged_parts", _listed(problems))
+    return passed("unchanged_parts", f"{same} tensors kept in their source precision are byte-identical to the "
+                                     "reference")
+
+
+def _config_problems(art: Fp8Artifact, reference: DraftCheckpoint | None) -> list[str]:
+    qc, problems = art.quant_config, []
+    if not qc:
+        return ["config.json has no quantization_config"]
+    global_config = qc.get("global_quant_config") or {}
+    weight, inputs = global_config.get("weight") or {}, global_config.get("input_tensors") or {}
+    if weight.get("dtype") != "fp8_e4m3":
+        problems.append(f"global_quant_config.weight.dtype is {weight.get('dtype')!r}, expected 'fp8_e4m3'")
+    dynamic = bool(inputs.get("is_dynamic"))
+    static_modules = [m for m in art.fp8_modules if f"{m}.input_scale" in art.checkpoint.tensors]
+    if dynamic and static_modules:
+        problems.append(f"inputs are declared dynamic but {static_modules[0]}.input_scale exists")
+    if not dynamic and len(static_modules) != len(art.fp8_modules):
+        problems.append("inputs are declared static but some FP8 linears have no input_scale")
+    if reference is not None:
+        ref_raw = reference.config.raw
+        for key in sorted(set(ref_raw) | set(art.raw_config) - {"quantization_config"}):
+            if key != "quantization_config" and ref_raw.get(key) != art.raw_config.get(key):
+                problems.append(f"config key {key!r} differs from the reference")
+    return problems
+
+
+def check_config(art: Fp8Artifact, reference: DraftCheckpoint | None) -> Check:
+    problems = _config_problems(art, reference)
+    if problems:
+        return failed("config_consistency", _listed(problems))
+    return passed("config_consistency", "quantization_config agrees with the tensors on disk"
+                  + (" and every other key with the reference" if reference is not None else ""))
+
+
+def check_loader(art: Fp8Artifact) -> Check:
+    if not art.quant_config:
+        return failed("loader_compat", "no quantization_config: vLLM would load the FP8 weights as BF16")
+    on_disk = {lin.role: lin.module in art.fp8_modules for lin in art.layout.linears}
+    result = check_loader_compat(art.quant_config, on_disk)
+    if not result.ok:
+        return failed("loader_compat", _listed(result.problems))
+    return passed("loader_compat", f"vLLM's Quark loader would quantize exactly the FP8 linears at target depths "
+                                   f"{', '.join(map(str, result.depths))}")
+
+
+def check_manifest(out: Path) -> Check:
+    path = out / MANIFEST_NAME
+    if not path.is_file():
+        return skipped("manifest", f"no {MANIFEST_NAME} (not written by eagle3-quant quantize)")
+    try:
+        outputs = json.loads(path.read_text())["outputs"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return failed("manifest", f"{MANIFEST_NAME} is unreadable ({exc})")
+    problems = []
+    for entry in outputs:
+        file = out / entry["path"]
+        if not file.is_file():
+            problems.append(f"{entry['path']} is missing")
+        elif file.stat().st_size != entry["size"] or sha256_file(file) != entry["sha256"]:
+            problems.append(f"{entry['path']} changed after export (sha256 differs from the manifest)")
+    if problems:
+        return failed("manifest", _listed(problems))
+    return passed("manifest", f"{len(outputs)} files match the sha256 recorded at export")
+
+
+def structure_checks(art: Fp8Artifact, reference: DraftCheckpoint | None) -> list[Check]:
+    return [check_fp8_weights(art), check_finite(art), check_unchanged(art, reference), check_config(art, reference),
+            check_loader(art), check_manifest(art.path)]
+
+
+def read_reference(reference: Path | None, out: Path) -> DraftCheckpoint | None:
+    """The BF16 draft to compare with: the one given, else the manifest's local source if it still exists."""
+    from eagle3_quant.draft import read_draft
+
+    if reference is not None:
+        return read_draft(reference)
+    try:
+        source = json.loads((out / MANIFEST_NAME).read_text())["source"]["path"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if source and Path(source).is_dir():
+        try:
+            return read_draft(source)
+        except DraftFormatError:
+            return None
+    return None
