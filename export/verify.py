@@ -28,6 +28,22 @@ class VerifiedExport:
     files: list[FileDigest]      # sha256 of every file in OUT, from the same read that compared the bytes
 
 
+def same_bytes(a: TensorInfo, b: TensorInfo) -> bool:
+    """Whether two tensors' data are byte-identical, read in pieces (never a whole tensor in memory)."""
+    if a.nbytes != b.nbytes:
+        return False
+    with a.file.open("rb") as fa, b.file.open("rb") as fb:
+        fa.seek(read_header(a.file).data_start + a.data_offsets[0])
+        fb.seek(read_header(b.file).data_start + b.data_offsets[0])
+        left = a.nbytes
+        while left:
+            n = min(PIECE, left)
+            if fa.read(n) != fb.read(n):
+                return False
+            left -= n
+    return True
+
+
 def _same_bytes_visitor(src: TensorInfo, src_begin: int, where: Path, name: str) -> RangeVisitor:
     """Compare each piece of the output tensor with the same bytes of the source tensor (memcmp)."""
 
