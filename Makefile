@@ -28,7 +28,7 @@ lint: setup
 	$(BIN)/ruff check .
 
 demo: setup
-	$(BIN)/python -m eagle3_quant.demo $(DEMO_DIR)
+	$(BIN)/python -m fixtures.demo $(DEMO_DIR)
 
 bench: setup
 	$(BIN)/python -m bench

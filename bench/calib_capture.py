@@ -30,8 +30,8 @@ def main() -> None:
     import torch
     from eagle3_quant.calib.api import calibrate_target
 
-    from eagle3_quant.synthetic import DraftShape, write_synthetic_draft
-    from eagle3_quant.synthetic_target import TargetShape, write_tiny_target
+    from fixtures.synthetic import DraftShape, write_synthetic_draft
+    from fixtures.synthetic_target import TargetShape, write_tiny_target
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -7,7 +7,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from eagle3_quant.formats import DraftFormat
+from eagle3_quant.reading.formats import DraftFormat
 
 DEFAULT_CACHE = Path(__file__).resolve().parent / "cache"
 
@@ -28,7 +28,7 @@ BENCH_SHAPES: dict[str, BenchShape] = {
 
 def cached_draft(shape: BenchShape, cache: Path = DEFAULT_CACHE) -> Path:
     """The SpecForge-format draft of `shape` under `cache`, written once (a marker says it is complete)."""
-    from eagle3_quant.synthetic import write_synthetic_draft
+    from fixtures.synthetic import write_synthetic_draft
 
     folder = cache / f"{shape.name}-{shape.shards}shard"
     spec = {"shape": shape.name, "shards": shape.shards, "format": DraftFormat.SPECFORGE.value, "seed": 0}

@@ -19,7 +19,7 @@ from eagle3_quant import load_draft
 
 def _embedding(folder: Path, seed: int = 0) -> torch.Tensor | None:
     config = json.loads((folder / "config.json").read_text())
-    from eagle3_quant.checkpoint import read_checkpoint
+    from eagle3_quant.reading.checkpoint import read_checkpoint
 
     if any(name.endswith("embed_tokens.weight") for name in read_checkpoint(folder).tensors):
         return None

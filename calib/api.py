@@ -8,12 +8,14 @@ from pathlib import Path
 from eagle3_quant.calib.format import CalibrationInfo, load_calibration
 from eagle3_quant.calib.options import CalibrationOptions
 from eagle3_quant.calib.prompts import PromptSpec, sample_prompts
-from eagle3_quant.calib.result import CalibrationResult, estimate_bytes, progress_bar, say, set_bytes
+from eagle3_quant.calib.result import CalibrationResult, estimate_bytes, set_bytes
 from eagle3_quant.calib.staging import ResumableOutput, check_inputs_apart, finished_set
 from eagle3_quant.calib.taps import Taps, resolve_taps
 from eagle3_quant.calib.target import check_target, load_model, load_tokenizer, read_target
 
-from eagle3_quant.draft import read_draft
+from eagle3_quant.options import build_options
+from eagle3_quant.reading.draft import read_draft
+from eagle3_quant.util.progress import SILENT, Progress, human_bytes
 
 
 def _data_name(data: str | Path) -> str:
@@ -21,18 +23,19 @@ def _data_name(data: str | Path) -> str:
     return str(path.resolve()) if path.exists() else str(data)
 
 
-def calibrate_target(target: str | Path, draft: str | Path, data: str | Path, out: str | Path, *,
-                     force: bool = False, verbose: bool = False, revision: str | None = None,
-                     **options) -> CalibrationResult:
+def calibrate_target(target: str | Path, draft: str | Path, data: str | Path, out: str | Path,
+                     options: CalibrationOptions | None = None, *, progress: Progress = SILENT,
+                     **overrides) -> CalibrationResult:
     """Capture what DRAFT receives from TARGET on prompts from DATA into the calibration set OUT.
 
-    `options` are the fields of `CalibrationOptions` (num_samples, seq_len, seed, column, generate_tokens,
-    tap_convention, aux_layer_ids, dtype, trust_remote_code, ...). Re-running the same call after a kill
-    resumes; OUT appears only when complete. `revision` is the draft's Hub revision."""
+    `options`: a `CalibrationOptions` (num_samples, seq_len, seed, column, generate_tokens, tap_convention,
+    aux_layer_ids, dtype, trust_remote_code, force, revision, ...); keywords override its fields. Re-running the
+    same call after a kill resumes; OUT appears only when complete. `progress` receives the plan and the counts."""
     started = time.perf_counter()
-    opts = CalibrationOptions(**options)
+    opts = build_options(CalibrationOptions, options, overrides)
+    force = opts.force
     out = Path(out).expanduser().resolve()
-    draft_ckpt = read_draft(draft, revision)
+    draft_ckpt = read_draft(draft, opts.revision)
     spec = read_target(target, opts.trust_remote_code)
     check_inputs_apart(out, draft_ckpt.path, Path(spec.name))
     check_target(spec, draft_ckpt.config, str(draft_ckpt.path))
@@ -47,7 +50,7 @@ def calibrate_target(target: str | Path, draft: str | Path, data: str | Path, ou
 
     done = finished_set(out, info, force)
     if done is not None:
-        say(verbose, f"{out} already holds this calibration set ({done.num_samples} samples): nothing to do")
+        progress.say(f"{out} already holds this calibration set ({done.num_samples} samples): nothing to do")
         return _result(out, info, taps, started, 0, 0, 0.0, 0, 0, done.num_samples)
 
     max_tokens = prompts.tokens + len(prompts.prompts) * opts.generate_tokens
@@ -55,9 +58,9 @@ def calibrate_target(target: str | Path, draft: str | Path, data: str | Path, ou
     writer = target_output.open()
     try:
         resumed = writer.count
-        say(verbose, _plan_text(spec, taps, prompts, max_tokens, estimate_bytes(max_tokens, spec.hidden_size, dtype),
+        progress.say(_plan_text(spec, taps, prompts, max_tokens, estimate_bytes(max_tokens, spec.hidden_size, dtype),
                                 resumed, target_output.staging))
-        captured = _capture(spec, taps, dtype, opts, tokenizer, prompts.prompts[resumed:], writer, verbose,
+        captured = _capture(spec, taps, dtype, opts, tokenizer, prompts.prompts[resumed:], writer, progress,
                             len(prompts.prompts), resumed)
         target_output.finish(writer)
     finally:
@@ -65,7 +68,8 @@ def calibrate_target(target: str | Path, draft: str | Path, data: str | Path, ou
     return _result(out, info, taps, started, *captured, resumed)
 
 
-def _capture(spec, taps: Taps, dtype: str, opts: CalibrationOptions, tokenizer, todo, writer, verbose, total, done):
+def _capture(spec, taps: Taps, dtype: str, opts: CalibrationOptions, tokenizer, todo, writer, progress: Progress,
+             total: int, done: int):
     import torch
     from eagle3_quant.calib.capture import TargetRunner
 
@@ -76,7 +80,7 @@ def _capture(spec, taps: Taps, dtype: str, opts: CalibrationOptions, tokenizer, 
     runner = TargetRunner(model, taps.indices, getattr(torch, dtype), [eos] if eos is not None else None)
     tokens = generated = cut = 0
     start = time.perf_counter()
-    with progress_bar(verbose, total, done) as advance:
+    with progress.task("capture", total, done) as advance:
         for prompt in todo:
             captured = runner.capture(prompt, opts.generate_tokens)
             writer.add(captured.sample)
@@ -96,8 +100,6 @@ def _info(target: str, draft: str, taps: Taps, hidden: int, dtype: str, spec: Pr
 
 
 def _plan_text(spec, taps: Taps, prompts, max_tokens: int, est_bytes: int, resumed: int, staging: Path) -> str:
-    from eagle3_quant.cli.render import human_bytes
-
     lines = [f"target {spec.name}: {spec.architecture}, {spec.num_layers} layers, hidden {spec.hidden_size}",
              f"taps hidden_states{list(taps.indices)} (draft ids {list(taps.ids)}, {taps.convention.value} "
              f"convention, from {taps.origin})",

@@ -20,28 +20,33 @@ from eagle3_quant.calib.format import (
     load_calibration,
 )
 from eagle3_quant.calib.lm_head import argmax_logits, load_lm_head
-from eagle3_quant.calib.result import CalibrationResult, progress_bar, set_bytes
+from eagle3_quant.calib.options import ImportOptions
+from eagle3_quant.calib.result import CalibrationResult, set_bytes
 from eagle3_quant.calib.specforge import find_files, is_specforge_dump, read_record
 from eagle3_quant.calib.staging import check_inputs_apart
 from eagle3_quant.calib.taps import Taps, resolve_taps
 from eagle3_quant.calib.target import check_target, read_target
 
-from eagle3_quant.draft import read_draft
 from eagle3_quant.errors import CalibrationDataError, TargetMismatchError
-from eagle3_quant.outdir import staged_output
+from eagle3_quant.options import build_options
+from eagle3_quant.reading.draft import read_draft
+from eagle3_quant.util.outdir import staged_output
+from eagle3_quant.util.progress import SILENT, Progress
 
 
-def import_calibration(dump: str | Path, draft: str | Path, out: str | Path, *, target: str | Path | None = None,
-                       tap_convention: str = "auto", aux_layer_ids: list[int] | None = None, force: bool = False,
-                       verbose: bool = False, revision: str | None = None,
-                       shard_samples: int = 64, shard_bytes: int = 1 << 30) -> CalibrationResult:
+def import_calibration(dump: str | Path, draft: str | Path, out: str | Path, options: ImportOptions | None = None,
+                       *, progress: Progress = SILENT, **overrides) -> CalibrationResult:
     """Check DUMP against DRAFT (hidden size, taps, vocab, shapes) and write it as the calibration set OUT.
 
-    `target` is needed for SpecForge files (its lm_head gives the next tokens) and, for a draft whose config
-    names no aux layer ids, to know the default taps; when given it is also checked against the draft."""
+    `options`: an `ImportOptions`; keywords override its fields. Its `target` is needed for SpecForge files (its
+    lm_head gives the next tokens) and, for a draft whose config names no aux layer ids, to know the default
+    taps; when given it is also checked against the draft."""
+    opts = build_options(ImportOptions, options, overrides)
+    target, tap_convention, aux_layer_ids, force = opts.target, opts.tap_convention, opts.aux_layer_ids, opts.force
+    shard_samples, shard_bytes = opts.shard_samples, opts.shard_bytes
     started = time.perf_counter()
     dump, out = Path(dump).expanduser().resolve(), Path(out).expanduser().resolve()
-    draft_ckpt = read_draft(draft, revision)
+    draft_ckpt = read_draft(draft, opts.revision)
     spec = read_target(target) if target is not None else None
     if spec is not None:
         check_target(spec, draft_ckpt.config, str(draft_ckpt.path))
@@ -64,7 +69,7 @@ def import_calibration(dump: str | Path, draft: str | Path, out: str | Path, *, 
                                    path=dump)
     state_dtype = STATE_DTYPES[info.dtype]
     start = time.perf_counter()
-    with staged_output(out, dump, force) as staging, progress_bar(verbose, total, 0) as advance:
+    with staged_output(out, dump, force) as staging, progress.task("import", total) as advance:
         writer = CalibrationWriter(staging, info, shard_samples, shard_bytes, mark_incomplete=True)
         for n, sample in enumerate(records):
             where = f"{dump} sample {n}"

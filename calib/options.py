@@ -1,4 +1,4 @@
-"""Options of a calibration capture, validated; the ones that shape the data are recorded in the set."""
+"""Options of a calibration capture or import, validated; the ones that shape the data are recorded in the set."""
 
 from __future__ import annotations
 
@@ -8,25 +8,40 @@ from eagle3_quant.calib.taps import TapConvention
 from eagle3_quant.calib.target import DTYPE_NAMES
 
 from eagle3_quant.errors import CalibrationDataError
+from eagle3_quant.options import option
+
+TAPS_HELP = ("How the draft config counts its aux layer ids: input (EAGLE/vLLM/speculators) or output "
+             "(SpecForge/ModelOpt); auto decides from the config.")
+IDS_HELP = "Override the draft's aux layer ids, e.g. 2,16,29 (input convention unless tap_convention is output)."
+
+
+def _check_taps(tap_convention: str, aux_layer_ids) -> tuple[int, ...] | None:
+    if tap_convention not in TapConvention.__members__:
+        raise CalibrationDataError(f"{tap_convention!r} is not one of {', '.join(TapConvention.__members__)}",
+                                   field="tap_convention")
+    return None if aux_layer_ids is None else tuple(int(i) for i in aux_layer_ids)
 
 
 @dataclass(frozen=True)
 class CalibrationOptions:
-    num_samples: int = 128
-    seq_len: int = 2048
-    seed: int = 0
-    column: str | None = None            # default: messages / conversations / text, whichever exists
-    split: str = "train"
-    subset: str | None = None            # dataset configuration name
-    min_tokens: int = 16                 # shorter prompts are skipped
-    generate_tokens: int = 0             # greedy continuation by the target appended to each prompt
-    tap_convention: str = TapConvention.auto.value
-    aux_layer_ids: tuple[int, ...] | None = None   # override the draft config's ids
-    dtype: str = "auto"                  # run the target and store the states in: auto = the target's dtype
-    trust_remote_code: bool = False
-    max_memory: dict | None = None       # accelerate max_memory per device (GPU machines)
-    shard_samples: int = 64
-    shard_bytes: int = 1 << 30
+    num_samples: int = option(128, "Prompts to capture (fewer when the dataset runs out).")
+    seq_len: int = option(2048, "Tokens per sample at most (prompt + generated).")
+    seed: int = option(0, "Seed of the prompt order.")
+    column: str | None = option(None, "Dataset column (default: messages, conversations or text, whichever exists).")
+    split: str = option("train", "Dataset split.")
+    subset: str | None = option(None, "Dataset configuration name.")
+    min_tokens: int = option(16, "Skip prompts shorter than this.")
+    generate_tokens: int = option(0, "Append the target's own greedy continuation of this many tokens to each "
+                                     "prompt.")
+    tap_convention: str = option(TapConvention.auto.value, TAPS_HELP)
+    aux_layer_ids: tuple[int, ...] | None = option(None, IDS_HELP)
+    dtype: str = option("auto", "Run the target and store the states in this dtype (auto: the target's dtype).")
+    trust_remote_code: bool = option(False, "Allow the target's own modelling code from its repository.")
+    max_memory: dict | None = option(None, "accelerate max_memory per device (GPU machines).")
+    force: bool = option(False, "Replace OUT, or an interrupted run made with other options.", pipeline=False)
+    revision: str | None = option(None, "Hub revision of the draft.", pipeline=False)
+    shard_samples: int = option(64, "Samples per shard file at most.", pipeline=False)
+    shard_bytes: int = option(1 << 30, "Bytes per shard file at most.", pipeline=False)
 
     def __post_init__(self) -> None:
         for name in ("num_samples", "seq_len", "shard_samples", "shard_bytes"):
@@ -35,10 +50,24 @@ class CalibrationOptions:
         for name in ("min_tokens", "generate_tokens"):
             if getattr(self, name) < 0:
                 raise CalibrationDataError(f"must not be negative, got {getattr(self, name)}", field=name)
-        if self.tap_convention not in TapConvention.__members__:
-            raise CalibrationDataError(f"{self.tap_convention!r} is not one of {', '.join(TapConvention.__members__)}",
-                                       field="tap_convention")
+        object.__setattr__(self, "aux_layer_ids", _check_taps(self.tap_convention, self.aux_layer_ids))
         if self.dtype not in ("auto", *DTYPE_NAMES):
             raise CalibrationDataError(f"{self.dtype!r} is not one of auto, {', '.join(DTYPE_NAMES)}", field="dtype")
-        if self.aux_layer_ids is not None:
-            object.__setattr__(self, "aux_layer_ids", tuple(int(i) for i in self.aux_layer_ids))
+
+
+@dataclass(frozen=True)
+class ImportOptions:
+    target: str | None = option(None, "Target model folder or Hub id: needed for SpecForge files (its lm_head "
+                                      "gives the next tokens) and for default taps; checked against the draft.")
+    tap_convention: str = option(TapConvention.auto.value, TAPS_HELP)
+    aux_layer_ids: tuple[int, ...] | None = option(None, IDS_HELP)
+    force: bool = option(False, "Replace OUT if it exists.", pipeline=False)
+    revision: str | None = option(None, "Hub revision of the draft.", pipeline=False)
+    shard_samples: int = option(64, "Samples per shard file at most.", pipeline=False)
+    shard_bytes: int = option(1 << 30, "Bytes per shard file at most.", pipeline=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "aux_layer_ids", _check_taps(self.tap_convention, self.aux_layer_ids))
+        for name in ("shard_samples", "shard_bytes"):
+            if getattr(self, name) < 1:
+                raise CalibrationDataError(f"must be at least 1, got {getattr(self, name)}", field=name)

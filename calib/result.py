@@ -1,9 +1,7 @@
-"""What a calibration run returns, and its terminal output (plan, progress bar)."""
+"""What a calibration run returns, and the size of a set."""
 
 from __future__ import annotations
 
-import sys
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,43 +38,3 @@ def set_bytes(calib: CalibrationSet) -> int:
 def estimate_bytes(tokens: int, hidden_size: int, dtype: str) -> int:
     """Aux states plus two int64 id vectors per token (headers are noise)."""
     return tokens * (3 * hidden_size * DTYPE_BYTES[dtype] + 16)
-
-
-def _console():
-    from rich.console import Console
-
-    console = Console(file=sys.stderr, highlight=False)
-    return console if console.is_terminal else Console(file=sys.stderr, highlight=False, width=140)
-
-
-def say(verbose: bool, text: str) -> None:
-    if verbose:
-        _console().print(text)
-
-
-@contextmanager
-def progress_bar(verbose: bool, total: int, done: int):
-    """Yields advance(samples, tokens); a rich bar with tokens/s when verbose, a no-op otherwise."""
-    if not verbose:
-        yield lambda samples, tokens: None
-        return
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-
-    with Progress(TextColumn("capture"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[rate]}"),
-                  TimeElapsedColumn(), TimeRemainingColumn(), console=_console()) as bar:
-        task = bar.add_task("capture", total=total, completed=done, rate="")
-        counted = {"tokens": 0}
-
-        def advance(samples: int, tokens: int) -> None:
-            counted["tokens"] += tokens
-            elapsed = bar.tasks[0].elapsed or 1e-9
-            bar.update(task, advance=samples, rate=f"{counted['tokens'] / elapsed:,.0f} tok/s")
-
-        yield advance

@@ -10,7 +10,7 @@ from pathlib import Path
 from eagle3_quant.calib.format import INDEX_NAME, CalibrationInfo, CalibrationSet, CalibrationWriter, load_calibration
 
 from eagle3_quant.errors import DraftFormatError, OutputExistsError
-from eagle3_quant.outdir import check_output_target, move_into_place
+from eagle3_quant.util.outdir import check_output_target, move_into_place
 
 LOCK_NAME = ".lock"
 

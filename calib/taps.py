@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from eagle3_quant.config import DraftConfig
 from eagle3_quant.errors import DraftFormatError
+from eagle3_quant.reading.config import DraftConfig
 
 AUX_KEY = "eagle_aux_hidden_state_layer_ids"
 

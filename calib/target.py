@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from eagle3_quant.config import DraftConfig
 from eagle3_quant.errors import SourceNotFoundError, TargetMismatchError
-from eagle3_quant.source import REPO_ID
+from eagle3_quant.reading.config import DraftConfig
+from eagle3_quant.reading.source import REPO_ID
 
 DTYPE_NAMES = ("bfloat16", "float16", "float32")
 

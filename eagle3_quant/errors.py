@@ -97,6 +97,14 @@ class Fp8LayoutError(Eagle3QuantError, ValueError):
     """Operands of an FP8 matmul break the layout rules CUDA/ROCm ``torch._scaled_mm`` enforces."""
 
 
+class ManifestError(Eagle3QuantError, ValueError):
+    """An output folder's manifest (`eagle3_quant.json`) is missing, unreadable or malformed."""
+
+
+class OptionsError(Eagle3QuantError, ValueError):
+    """A stage option is out of range or contradicts another one."""
+
+
 class PublishError(Eagle3QuantError, RuntimeError):
     """OUT cannot be published as it is (no passing validation, files changed since quantization, ...)."""
 

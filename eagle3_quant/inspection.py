@@ -6,9 +6,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from eagle3_quant.draft import DraftCheckpoint, read_draft
+from eagle3_quant.engines.vllm_names import exclude_pattern
+from eagle3_quant.reading.draft import DraftCheckpoint, read_draft
 from eagle3_quant.schemes import DEFAULT_SCHEME, get_scheme
-from eagle3_quant.vllm_names import exclude_pattern
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ def estimate_output_bytes(draft: DraftCheckpoint, quantized_modules: set[str], s
 
 def inspect_draft(src: str | Path, scheme: str = DEFAULT_SCHEME, exclude: Sequence[str] | None = None,
                   quantize_fc: bool = False, revision: str | None = None) -> DraftInspection:
-    from eagle3_quant.quantize.plan import make_plan
+    from eagle3_quant.plan import make_plan
 
     draft = read_draft(src, revision)
     plan = make_plan(draft, get_scheme(scheme), exclude, quantize_fc)

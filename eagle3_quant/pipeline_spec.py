@@ -13,46 +13,38 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eagle3_quant.errors import PipelineSpecError
+from eagle3_quant.calib.options import CalibrationOptions
+from eagle3_quant.errors import Eagle3QuantError, PipelineSpecError
+from eagle3_quant.export.options import PushOptions
+from eagle3_quant.quantize.options import QuantizeOptions
+from eagle3_quant.reading.source import REPO_ID
 from eagle3_quant.schemes import DEFAULT_SCHEME, SCHEMES
-from eagle3_quant.source import REPO_ID
+from eagle3_quant.validate.options import ValidateOptions
 
 PIPELINE_VERSION = 1
 
 
-@dataclass(frozen=True)
-class CalibrateSpec:
-    data: str | None = None            # dataset (Hub id or local path); no data: the stage is skipped
-    num_samples: int = 256
-    seq_len: int = 2048
-    options: dict = field(default_factory=dict)   # more keyword arguments for calibrate_target
+def _section(name: str, options: type, extra: list[tuple[str, Any, Any]]) -> type:
+    """A pipeline-file section: `extra` fields, then the options class's fields a pipeline file may set (same
+    types, defaults and help), so the file's schema cannot drift from the API and the CLI."""
+    hints = typing.get_type_hints(options)
+    fields = [(n, t, dataclasses.field(default=d)) for n, t, d in extra]
+    fields += [(f.name, hints[f.name], dataclasses.field(default=f.default, default_factory=f.default_factory,
+                                                         metadata=f.metadata))
+               for f in dataclasses.fields(options) if f.metadata.get("pipeline", True)]
+    return dataclasses.make_dataclass(name, fields, frozen=True)
 
 
-@dataclass(frozen=True)
-class QuantizeSpec:
-    exclude: list[str] = field(default_factory=list)
-    quantize_fc: bool = False
-    device: str | None = None
-    auto_exclude: float | None = None   # keep BF16 groups whose top-1 disagreement exceeds it (needs calib)
+CalibrateSpec = _section("CalibrateSpec", CalibrationOptions, [("data", str | None, None)])
+QuantizeSpec = _section("QuantizeSpec", QuantizeOptions, [])
+ValidateSpec = _section("ValidateSpec", ValidateOptions, [("enabled", bool, True)])
+PushSpec = _section("PushSpec", PushOptions, [("repo_id", str | None, None), ("enabled", bool, True)])
 
 
-@dataclass(frozen=True)
-class ValidateSpec:
-    enabled: bool = True
-    options: dict = field(default_factory=dict)   # more keyword arguments (gates) for validate_draft
-
-
-@dataclass(frozen=True)
-class PushSpec:
-    repo_id: str | None = None
-    enabled: bool = True
-    revision: str | None = None
-    create_pr: bool = False
-    private: bool = False
-    tag: str | None = None
-    commit_message: str | None = None
-    dry_run: bool = False
-    allow_unvalidated: bool = False
+def section_values(section: Any) -> dict[str, Any]:
+    """A section's fields that belong to its stage's options (without `data`, `enabled`, `repo_id`)."""
+    return {f.name: getattr(section, f.name) for f in dataclasses.fields(section)
+            if f.name not in ("data", "enabled", "repo_id")}
 
 
 @dataclass(frozen=True)
@@ -84,9 +76,13 @@ def _type_ok(value: Any, hint: Any) -> bool:
         return any(_type_ok(value, arg) for arg in typing.get_args(hint))
     if hint is type(None):
         return value is None
-    if origin is list:
-        (item,) = typing.get_args(hint)
-        return isinstance(value, list) and all(_type_ok(v, item) for v in value)
+    if origin in (list, tuple):
+        item = typing.get_args(hint)[0]
+        return isinstance(value, list | tuple) and all(_type_ok(v, item) for v in value)
+    if hint is Path:
+        return isinstance(value, str)
+    if hint is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
     if hint is dict or origin is dict:
         return isinstance(value, dict)
     if hint is bool:
@@ -119,7 +115,9 @@ def _build(cls: type, raw: Any, where: str, file: str | None) -> Any:
         elif not _type_ok(raw[f.name], hint):
             raise PipelineSpecError(f"{raw[f.name]!r} is not {_describe(hint)}", path=file, field=name)
         else:
-            values[f.name] = raw[f.name]
+            value = raw[f.name]
+            values[f.name] = tuple(value) if typing.get_origin(hint) is tuple or (
+                isinstance(value, list) and tuple in map(typing.get_origin, typing.get_args(hint))) else value
     return cls(**values)
 
 
@@ -127,9 +125,10 @@ def _describe(hint: Any) -> str:
     origin = typing.get_origin(hint)
     if origin in (typing.Union, types.UnionType):
         return " or ".join(_describe(arg) for arg in typing.get_args(hint))
-    if origin is list:
+    if origin in (list, tuple):
         return f"a list of {_describe(typing.get_args(hint)[0])}s"
-    names = {"str": "a string", "int": "an integer", "bool": "true or false", "dict": "a mapping", "NoneType": "null"}
+    names = {"str": "a string", "int": "an integer", "bool": "true or false", "dict": "a mapping", "NoneType": "null",
+             "float": "a number", "Path": "a path"}
     return names.get(getattr(hint, "__name__", ""), str(hint))
 
 
@@ -153,7 +152,33 @@ def _check(spec: PipelineSpec, file: str | None) -> PipelineSpec:
                                     field="push.repo_id")
         if not REPO_ID.match(spec.push.repo_id):
             raise PipelineSpecError(f"{spec.push.repo_id!r} is not ORG/NAME", path=file, field="push.repo_id")
+    for section, build in (("calibrate", calibrate_options), ("quantize", quantize_options),
+                           ("validate", validate_options), ("push", push_options)):
+        try:       # every stage's options are checked before the first stage runs
+            build(spec)
+        except Eagle3QuantError as exc:
+            where = f"{section}.{exc.field}" if exc.field else section
+            raise PipelineSpecError(exc.message, path=file, field=where) from None
     return spec
+
+
+def calibrate_options(spec: PipelineSpec, **runtime: Any) -> CalibrationOptions:
+    return CalibrationOptions(**section_values(spec.calibrate), revision=spec.revision, **runtime)
+
+
+def quantize_options(spec: PipelineSpec, **runtime: Any) -> QuantizeOptions:
+    """The quantize stage's options; `calib` is the workdir's set when the scheme or auto_exclude needs one."""
+    needs_calib = SCHEMES[spec.scheme].needs_calibration or spec.quantize.auto_exclude is not None
+    return QuantizeOptions(**section_values(spec.quantize), scheme=spec.scheme, revision=spec.revision,
+                           calib=spec.calib if needs_calib else None, **runtime)
+
+
+def validate_options(spec: PipelineSpec, **runtime: Any) -> ValidateOptions:
+    return ValidateOptions(**section_values(spec.validate), target=spec.target, **runtime)
+
+
+def push_options(spec: PipelineSpec, **runtime: Any) -> PushOptions:
+    return PushOptions(**section_values(spec.push), target=spec.target, **runtime)
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:

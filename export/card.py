@@ -13,11 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from eagle3_quant.export.manifest import MANIFEST_NAME, Manifest
-from eagle3_quant.export.source_card import repo_id_from_cache_path, source_card_info
-from eagle3_quant.export.validation_report import ValidationSummary, read_validation
-
-from eagle3_quant.errors import PublishError
+from eagle3_quant.reading.source_card import repo_id_from_cache_path, source_card_info
+from eagle3_quant.records.manifest import LayerRecord, Manifest, SourceRecord
+from eagle3_quant.records.validation_report import ValidationSummary, read_validation
 from eagle3_quant.schemes import SCHEMES
 
 CARD_NAME = "README.md"
@@ -43,20 +41,6 @@ class DraftCard:
     @property
     def size(self) -> int:
         return len(self.text.encode("utf-8"))
-
-
-def read_manifest(out: Path) -> Manifest:
-    try:
-        manifest = Manifest.read(out)
-    except FileNotFoundError:
-        raise PublishError(f"no {MANIFEST_NAME}: not an eagle3-quant output folder", path=out,
-                           hint="make it with `eagle3-quant quantize SRC OUT`") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise PublishError(f"unreadable manifest ({exc})", path=out / MANIFEST_NAME) from None
-    for key in ("source", "scheme", "layers", "outputs", "versions"):
-        if key not in manifest.data:
-            raise PublishError("manifest lacks this field", path=out / MANIFEST_NAME, field=key)
-    return manifest
 
 
 def _config_verifier(out: Path) -> str | None:
@@ -102,11 +86,11 @@ def _headline(validation: ValidationSummary) -> str:
             f"{validation.problem}.")
 
 
-def _reproduce(source: dict, scheme: str, layers: list[dict], repo_id: str) -> list[str]:
-    src = source.get("repo_id") or source.get("path") or "SRC"
-    revision = f" --revision {source['commit']}" if source.get("repo_id") and source.get("commit") else ""
-    flags = [f" --exclude {d['module']}" for d in layers if not d["quantized"] and d["role"] not in DEFAULT_ROLES_KEPT]
-    if any(d["quantized"] and d["role"] == "fc" for d in layers):
+def _reproduce(source: SourceRecord, scheme: str, layers: list[LayerRecord], repo_id: str) -> list[str]:
+    src = source.repo_id or source.path or "SRC"
+    revision = f" --revision {source.commit}" if source.repo_id and source.commit else ""
+    flags = [f" --exclude {d.module}" for d in layers if not d.quantized and d.role not in DEFAULT_ROLES_KEPT]
+    if any(d.quantized and d.role == "fc" for d in layers):
         flags.append(" --quantize-fc")
     calib = " --calib CAL" if SCHEMES.get(scheme) and SCHEMES[scheme].needs_calibration else ""
     return [f"eagle3-quant quantize {src} OUT --scheme {scheme}{revision}{calib}{''.join(flags)}",
@@ -114,9 +98,9 @@ def _reproduce(source: dict, scheme: str, layers: list[dict], repo_id: str) -> l
             f"eagle3-quant push OUT --repo-id {repo_id}"]
 
 
-def _calibration_text(data: dict) -> str:
-    calib = data.get("calibration")
-    if isinstance(calib, dict) and calib.get("samples"):
+def _calibration_text(manifest: Manifest) -> str:
+    calib = manifest.calibration
+    if calib and calib.get("samples"):
         return (f"{calib['samples']} samples, {calib.get('tokens', '?')} draft positions over "
                 f"{calib.get('steps', '?')} draft steps (static input scales)")
     return "none: no data needed (weight scales from the weights, activation scales per token at run time)"
@@ -134,46 +118,45 @@ def build_card(out: str | Path, repo_id: str | None = None, *, target: str | Non
     from huggingface_hub import ModelCard, ModelCardData
 
     out = Path(out)
-    data = read_manifest(out).data
+    manifest = Manifest.read(out)
     validation = validation or read_validation(out)
-    source, scheme = data["source"], data["scheme"]
+    source, scheme = manifest.source, manifest.scheme
     repo_id = repo_id or f"ORG/{out.resolve().name}"
-    base_model = base_model or source.get("repo_id") or repo_id_from_cache_path(source.get("path", ""))
+    base_model = base_model or source.repo_id or repo_id_from_cache_path(source.path)
     target = target or validation.target or _config_verifier(out)
-    license_info = source.get("card")
-    if license_info is None and source.get("path") and Path(source["path"]).is_dir():
-        license_info = source_card_info(source["path"])  # manifests written before licenses were recorded
+    license_info = source.card
+    if license_info is None and source.path and Path(source.path).is_dir():
+        license_info = source_card_info(source.path)  # manifests written before licenses were recorded
     card_data = ModelCardData(
         base_model=base_model, library_name=LIBRARY_NAME,
-        tags=[*BASE_TAGS, scheme["name"]], **(license_info or {}),
+        tags=[*BASE_TAGS, scheme.name], **(license_info or {}),
         **({"base_model_relation": "quantized"} if base_model else {}))
-    layers = data["layers"]
-    quantized = [d for d in layers if d["quantized"]]
-    kept = [d for d in layers if not d["quantized"]]
-    exclude = data.get("exclude", {})
-    versions = data["versions"]
-    source_text = (f"[{source['repo_id']}](https://huggingface.co/{source['repo_id']}) at commit "
-                   f"`{source.get('commit') or source.get('revision') or 'main'}`" if source.get("repo_id")
-                   else f"local folder `{source.get('path')}`" + (f" (Hub: `{base_model}`)" if base_model else ""))
+    layers = manifest.layers
+    quantized = [d for d in layers if d.quantized]
+    kept = [d for d in layers if not d.quantized]
+    versions = manifest.versions
+    source_text = (f"[{source.repo_id}](https://huggingface.co/{source.repo_id}) at commit "
+                   f"`{source.commit or source.revision or 'main'}`" if source.repo_id
+                   else f"local folder `{source.path}`" + (f" (Hub: `{base_model}`)" if base_model else ""))
     card = ModelCard.from_template(
         card_data, template_path=str(TEMPLATE_PATH),
         title=repo_id.split("/")[-1], repo_id=repo_id, source=source, scheme=scheme,
-        scheme_summary=SCHEMES[scheme["name"]].summary if scheme["name"] in SCHEMES else "",
-        source_link=f"[{base_model}](https://huggingface.co/{base_model})" if base_model else f"`{source.get('path')}`",
+        scheme_summary=SCHEMES[scheme.name].summary if scheme.name in SCHEMES else "",
+        source_link=f"[{base_model}](https://huggingface.co/{base_model})" if base_model else f"`{source.path}`",
         source_text=source_text, target_text=f"`{target}`" if target else "its target model (not recorded)",
         target_cli=target or "TARGET_MODEL", versions={k: versions.get(k, "?") for k in (
             "eagle3-quant", "amd-quark", "torch", "transformers", "safetensors", "huggingface_hub")} | versions,
-        quantized_modules=", ".join(f"`{d['module']}`" for d in quantized) or "none",
-        kept_modules=", ".join(f"`{d['module']}` ({d['reason']})" for d in kept) or "none",
-        vllm_patterns=", ".join(f"`{p}`" for p in exclude.get("vllm_patterns", [])) or "none",
+        quantized_modules=", ".join(f"`{d.module}`" for d in quantized) or "none",
+        kept_modules=", ".join(f"`{d.module}` ({d.reason})" for d in kept) or "none",
+        vllm_patterns=", ".join(f"`{p}`" for p in manifest.exclude.vllm_patterns) or "none",
         tools=", ".join(f"{k} {versions[k]}" for k in ("eagle3-quant", "amd-quark", "torch", "transformers",
                                                         "huggingface_hub") if k in versions),
-        layers=layers, fc_quantized=any(d["role"] == "fc" for d in quantized),
+        layers=layers, fc_quantized=any(d.role == "fc" for d in quantized),
         validation_headline=_headline(validation), metric_rows=_metric_rows(validation),
         checks=validation.checks, pipeline=pipeline,
-        reproduce=_reproduce(source, scheme["name"], layers, repo_id),
-        recorded_command=_recorded_command(data.get("command")), device=data.get("device", "?"),
-        outputs=data["outputs"], inputs=data.get("inputs", []), calibration_text=_calibration_text(data),
+        reproduce=_reproduce(source, scheme.name, layers, repo_id),
+        recorded_command=_recorded_command(manifest.command), device=manifest.device,
+        outputs=manifest.outputs, inputs=manifest.inputs, calibration_text=_calibration_text(manifest),
     )
     return DraftCard(str(card), card.data.to_dict(), repo_id, base_model, target, validation)
 

@@ -7,14 +7,17 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from eagle3_quant.export.card import CARD_NAME, DraftCard, build_card, read_manifest, write_card
+from eagle3_quant.export.card import CARD_NAME, DraftCard, build_card, write_card
 from eagle3_quant.export.hub_session import TRANSIENT, HubSession, hub_session, resolve_token
+from eagle3_quant.export.options import PushOptions
 from eagle3_quant.export.push_files import PushFile, files_to_send, same_as_remote
-from eagle3_quant.export.validation_report import read_validation
 
 from eagle3_quant import __version__
 from eagle3_quant.errors import HubError, NotValidatedError, PublishError
-from eagle3_quant.source import REPO_ID
+from eagle3_quant.options import build_options
+from eagle3_quant.reading.source import REPO_ID
+from eagle3_quant.records.manifest import Manifest
+from eagle3_quant.records.validation_report import read_validation
 
 DEFAULT_BRANCH = "main"
 ATTEMPTS = 3            # whole-push attempts on a transient Hub error (the commit POST itself is not retried)
@@ -45,12 +48,12 @@ class PushResult:
         return tuple(f for f in self.files if f.action == "upload")
 
 
-def default_commit_message(manifest_data: dict) -> str:
-    source = manifest_data["source"]
-    origin = source.get("repo_id") or Path(source.get("path") or "?").name
-    if source.get("repo_id") and source.get("commit"):
-        origin += f"@{source['commit'][:12]}"
-    return f"Upload {manifest_data['scheme']['name']} FP8 Eagle3 draft of {origin} (eagle3-quant {__version__})"
+def default_commit_message(manifest: Manifest) -> str:
+    source = manifest.source
+    origin = source.repo_id or Path(source.path or "?").name
+    if source.repo_id and source.commit:
+        origin += f"@{source.commit[:12]}"
+    return f"Upload {manifest.scheme.name} FP8 Eagle3 draft of {origin} (eagle3-quant {__version__})"
 
 
 def _check_arguments(repo_id: str, revision: str | None, create_pr: bool) -> None:
@@ -90,39 +93,29 @@ def _compare(session: HubSession, out: Path, repo_id: str, files: list[PushFile]
     return head, marked, tuple(sorted(p for p in remote if p not in local and p != ".gitattributes"))
 
 
-def push_draft(
-    out: str | Path,
-    repo_id: str,
-    *,
-    revision: str | None = None,
-    create_pr: bool = False,
-    private: bool = False,
-    tag: str | None = None,
-    commit_message: str | None = None,
-    dry_run: bool = False,
-    allow_unvalidated: bool = False,
-    target: str | None = None,
-    base_model: str | None = None,
-    pipeline: str | None = None,
-) -> PushResult:
+def push_draft(out: str | Path, repo_id: str, options: PushOptions | None = None, **overrides) -> PushResult:
     """Publish OUT to `repo_id` (created if needed) with a generated model card.
 
-    Refuses, before any network request, when OUT has no passing validation report (unless
-    allow_unvalidated) or when a file differs from the manifest. Re-pushing identical content makes no commit.
+    `options` (a `PushOptions`; keywords override its fields). Refuses, before any network request, when OUT
+    has no passing validation report (unless allow_unvalidated) or when a file differs from the manifest.
+    Re-pushing identical content makes no commit.
     """
+    opts = build_options(PushOptions, options, overrides)
+    revision, create_pr, tag, dry_run = opts.revision, opts.create_pr, opts.tag, opts.dry_run
     out = Path(out)
     _check_arguments(repo_id, revision, create_pr)
-    manifest = read_manifest(out)
+    manifest = Manifest.read(out)
     validation = read_validation(out)
-    if not validation.passed and not allow_unvalidated:
+    if not validation.passed and not opts.allow_unvalidated:
         raise NotValidatedError(f"refusing to publish: {validation.problem}", path=validation.path,
                                 hint="run `eagle3-quant validate OUT` first, or pass --allow-unvalidated: "
                                      "the card then says so")
     files = files_to_send(out, manifest)
-    card = build_card(out, repo_id, target=target, base_model=base_model, pipeline=pipeline, validation=validation)
+    card = build_card(out, repo_id, target=opts.target, base_model=opts.base_model, pipeline=opts.pipeline,
+                      validation=validation)
     card_file = PushFile(CARD_NAME, card.size, hashlib.sha256(card.text.encode("utf-8")).hexdigest(), "card")
     files = sorted([*files, card_file], key=lambda f: f.path)
-    message = commit_message or default_commit_message(manifest.data)
+    message = opts.commit_message or default_commit_message(manifest)
     branch = revision or DEFAULT_BRANCH
     if dry_run:
         return PushResult(repo_id, None, None, branch, None, None, None, tag, None, tuple(files), card, message,
@@ -132,7 +125,7 @@ def push_draft(
     card = write_card(out, card)
     with hub_session(token, repo_id) as session:
         session.call(session.api.whoami)
-        repo_url = session.call(session.api.create_repo, repo_id, private=private, exist_ok=True)
+        repo_url = session.call(session.api.create_repo, repo_id, private=opts.private, exist_ok=True)
         if branch != DEFAULT_BRANCH:
             session.call(session.api.create_branch, repo_id, branch=branch, exist_ok=True)
         heads = []

@@ -7,11 +7,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eagle3_quant.export.card import CARD_NAME
-from eagle3_quant.export.manifest import MANIFEST_NAME, Manifest
-from eagle3_quant.export.validation_report import REPORT_NAME
 
 from eagle3_quant.errors import PublishError
-from eagle3_quant.hashing import CHUNK, sha256_file
+from eagle3_quant.records.manifest import MANIFEST_NAME, Manifest
+from eagle3_quant.records.validation_report import REPORT_NAME
+from eagle3_quant.util.hashing import CHUNK, sha256_file
 
 # Files written after quantization: not listed in the manifest's outputs, sent all the same.
 ADDED_FILES = {MANIFEST_NAME: "manifest", CARD_NAME: "card", REPORT_NAME: "validation report"}
@@ -37,26 +37,18 @@ def git_blob_oid(path: Path) -> str:
 
 def files_to_send(out: Path, manifest: Manifest) -> list[PushFile]:
     """Every artifact file must still match its manifest hash; anything unknown in OUT is refused."""
-    listed = {entry["path"]: entry for entry in manifest.outputs}
+    listed = {entry.path: entry for entry in manifest.outputs}
     present = sorted(p.relative_to(out).as_posix() for p in out.rglob("*")
                      if p.is_file() and not any(part.startswith(".") for part in p.relative_to(out).parts))
     unknown = [p for p in present if p not in listed and p not in ADDED_FILES]
     if unknown:
         raise PublishError(f"files not in the manifest: {', '.join(unknown[:5])}", path=out,
                            hint="remove them, or quantize again; only what the manifest lists is published")
-    files = []
-    for rel, entry in listed.items():
-        if rel == CARD_NAME:  # an old output that copied the source's card: ours replaces it
-            continue
-        path = out / rel
-        if not path.is_file():
-            raise PublishError("listed in the manifest but missing", path=path)
-        size = path.stat().st_size
-        digest = sha256_file(path) if size == entry["size"] else None
-        if digest != entry["sha256"]:
-            raise PublishError("changed since quantization (sha256 differs from the manifest)", path=path,
-                               hint="quantize again; a changed artifact is never published")
-        files.append(PushFile(rel, size, digest, "artifact"))
+    problems = manifest.output_problems(out, skip=frozenset({CARD_NAME}))
+    if problems:
+        raise PublishError(f"the artifact differs from its manifest: {'; '.join(problems[:3])}", path=out,
+                           hint="quantize again; a changed artifact is never published")
+    files = [PushFile(rel, entry.size, entry.sha256, "artifact") for rel, entry in listed.items() if rel != CARD_NAME]
     for name, kind in ADDED_FILES.items():
         if name != CARD_NAME and (out / name).is_file():
             files.append(PushFile(name, (out / name).stat().st_size, sha256_file(out / name), kind))

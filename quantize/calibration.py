@@ -6,9 +6,9 @@ from __future__ import annotations
 import torch
 from eagle3_quant.calib.format import CalibrationSet
 
-from eagle3_quant.draft import DraftCheckpoint
 from eagle3_quant.errors import DraftFormatError, Eagle3QuantError
-from eagle3_quant.layout import EMBEDDING_NAMES
+from eagle3_quant.reading.draft import DraftCheckpoint
+from eagle3_quant.reading.layout import EMBEDDING_NAMES
 
 # Draft steps run from every calibration position when observing activations: vLLM's usual
 # num_speculative_tokens for Eagle3 drafts, so later steps (fed the draft's own hidden) are covered too.

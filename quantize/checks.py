@@ -8,9 +8,9 @@ import torch
 from eagle3_quant.quantize.finite_scan import scan_source
 from safetensors import safe_open
 
-from eagle3_quant.draft import DraftCheckpoint
 from eagle3_quant.errors import DraftFormatError
-from eagle3_quant.resources import check_disk, check_memory, gb
+from eagle3_quant.reading.draft import DraftCheckpoint
+from eagle3_quant.util.resources import check_disk, check_memory, gb
 
 # Resident after `import torch` + `import quark.torch` (measured 0.57 GB on CPU).
 QUARK_BASE_BYTES = 600 * 10**6

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import torch
 
-from eagle3_quant import hashing
-from eagle3_quant.draft import DraftCheckpoint
 from eagle3_quant.errors import DraftFormatError
-from eagle3_quant.hashing import ByteRange, FileDigest, RangeVisitor, digest_folder, read_full, sha256_file
-from eagle3_quant.safetensors_header import FLOAT_DTYPES, TensorInfo, read_header
+from eagle3_quant.reading.draft import DraftCheckpoint
+from eagle3_quant.reading.safetensors_header import FLOAT_DTYPES, TensorInfo, read_header
+from eagle3_quant.util import hashing
+from eagle3_quant.util.hashing import ByteRange, FileDigest, RangeVisitor, digest_folder, read_full, sha256_file
 
 TORCH_FLOATS = {"F16": torch.float16, "BF16": torch.bfloat16, "F32": torch.float32, "F64": torch.float64}
 

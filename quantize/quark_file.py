@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from eagle3_quant.quantize.plan import QuantPlan
 from eagle3_quant.quantize.quark_import import import_quark, quark_quiet
 
-from eagle3_quant.draft import DraftCheckpoint
 from eagle3_quant.errors import QuantizationError
-from eagle3_quant.outdir import scratch_beside
+from eagle3_quant.plan import QuantPlan
+from eagle3_quant.reading.draft import DraftCheckpoint
 from eagle3_quant.schemes import Scheme, TensorQuantSpec
+from eagle3_quant.util.outdir import scratch_beside
 
 
 def _spec(spec: TensorQuantSpec, scale_type: str | None):

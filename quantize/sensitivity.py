@@ -18,7 +18,6 @@ with the unquantized draft on the same position:
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -30,12 +29,14 @@ from eagle3_quant.quantize.calibration import (
     calibration_embedding,
     check_calibration,
 )
-from eagle3_quant.quantize.plan import make_plan
+from eagle3_quant.quantize.options import SensitivityOptions
 
-from eagle3_quant.draft import DraftCheckpoint, read_draft
 from eagle3_quant.errors import SchemeError
-from eagle3_quant.layout import FUSED_GROUPS
-from eagle3_quant.schemes import DEFAULT_SCHEME, Scheme, get_scheme
+from eagle3_quant.options import build_options, pick_device
+from eagle3_quant.plan import make_plan
+from eagle3_quant.reading.draft import DraftCheckpoint, read_draft
+from eagle3_quant.reading.layout import FUSED_GROUPS
+from eagle3_quant.schemes import Scheme, get_scheme
 
 FUSED_BY_ROLE = {role: fused for fused, roles in FUSED_GROUPS.items() for role in roles}
 
@@ -156,15 +157,18 @@ class _Tally:
 
 
 @torch.no_grad()
-def measure_sensitivity(src: str | Path, calib: str | Path, scheme: str = DEFAULT_SCHEME,
-                        device: str | None = None, *, groups: Sequence[str] | None = None,
-                        max_samples: int | None = None, revision: str | None = None) -> SensitivityReport:
-    """Quantize each linear group alone (and the default plan's groups together) and measure the draft."""
+def measure_sensitivity(src: str | Path, calib: str | Path, options: SensitivityOptions | None = None,
+                        **overrides) -> SensitivityReport:
+    """Quantize each linear group alone (and the default plan's groups together) and measure the draft.
+
+    `options`: a `SensitivityOptions` (scheme, groups, max_samples, device, revision); keywords override it."""
     from eagle3_quant.runtime.loading import load_draft
 
+    opts = build_options(SensitivityOptions, options, overrides)
     started = time.perf_counter()
-    chosen = get_scheme(scheme)
-    draft = read_draft(src, revision)
+    chosen = get_scheme(opts.scheme)
+    groups, max_samples = opts.groups, opts.max_samples
+    draft = read_draft(src, opts.revision)
     calibration = load_calibration(calib)
     check_calibration(draft, calibration)
     all_groups = linear_groups(draft)
@@ -173,7 +177,7 @@ def measure_sensitivity(src: str | Path, calib: str | Path, scheme: str = DEFAUL
     if unknown:
         raise SchemeError(f"unknown layer group {unknown[0]!r}; valid: {', '.join(all_groups)}", field="groups")
     default = {d.role for d in make_plan(draft, chosen).quantized}
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    device = pick_device(opts.device)
     runtime = load_draft(draft.path, device=device, embedding=calibration_embedding(draft, calibration))
     batches = calibration_batches(calibration, device, with_targets=True, max_samples=max_samples)
     fp8_linears = _fp8_versions(runtime, chosen, batches, all_groups)

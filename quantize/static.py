@@ -21,13 +21,13 @@ from eagle3_quant.quantize.calibration import (
     calibration_embedding,
     check_calibration,
 )
-from eagle3_quant.quantize.plan import QuantPlan
 from eagle3_quant.quantize.quark_file import quark_config, quark_exclude_modules
 from eagle3_quant.quantize.quark_import import import_quark, quark_quiet
 from safetensors import safe_open
 
-from eagle3_quant.draft import DraftCheckpoint
 from eagle3_quant.errors import QuantizationError
+from eagle3_quant.plan import QuantPlan
+from eagle3_quant.reading.draft import DraftCheckpoint
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from eagle3_quant.synthetic import DraftShape, write_synthetic_draft
-from eagle3_quant.synthetic_target import TargetShape, write_tiny_target
+from fixtures.synthetic import DraftShape, write_synthetic_draft
+from fixtures.synthetic_target import TargetShape, write_tiny_target
 
 TARGET = TargetShape(layers=4, hidden=64, intermediate=128, heads=4, kv_heads=2, vocab=512)
 # For 4 layers the default taps [2, L//2, L-3] collide; the draft reads the outputs of layers 0, 1, 2

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from eagle3_quant.formats import DraftFormat
-from eagle3_quant.synthetic import write_synthetic_draft
+from eagle3_quant.reading.formats import DraftFormat
+from fixtures.synthetic import write_synthetic_draft
 
 # hub_server: a local Hub, validated OUT copies; tiny_pair: the committed tiny real target/draft pair
 pytest_plugins = ["calib_capture_fixtures", "hub_server.fixtures", "tiny_pair_fixtures"]

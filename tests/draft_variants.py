@@ -12,9 +12,9 @@ from safetensors.torch import load_file, save_file
 from transformers import LlamaConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-from eagle3_quant.formats import DraftFormat
+from eagle3_quant.reading.formats import DraftFormat
 from eagle3_quant.runtime import fp8
-from eagle3_quant.synthetic import SHAPES, DraftShape, synthetic_config, synthetic_tensors
+from fixtures.synthetic import SHAPES, DraftShape, synthetic_config, synthetic_tensors
 
 TINY = SHAPES["tiny"]   # hidden 64, intermediate 160, 4 heads, 2 KV heads, head_dim 16, vocab 512, draft vocab 256
 

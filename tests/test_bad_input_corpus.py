@@ -11,9 +11,9 @@ from corpus.builders import tree_state
 from corpus.cases import CASES, BadCase
 from eagle3_quant.quantize.api import quantize_draft
 
-from eagle3_quant import resources
 from eagle3_quant.cli import main
 from eagle3_quant.errors import Eagle3QuantError
+from eagle3_quant.util import resources
 
 
 def prepare(case: BadCase, tmp_path, monkeypatch):
@@ -36,9 +36,8 @@ def test_corpus_is_large_and_covers_every_error_kind():
     assert len({c.error for c in CASES}) >= 8
 
 
-def test_readme_guarantees_state_the_corpus():
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    section = readme[readme.index("## Guarantees"):readme.index("## Layout")]
+def test_docs_guarantees_state_the_corpus():
+    section = (Path(__file__).resolve().parent.parent / "docs" / "guarantees.md").read_text()
     assert f"{len(CASES)} cases built in code" in section
     assert "1.1920929e-07" in section and "--allow-pickle" in section
 

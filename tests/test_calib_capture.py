@@ -7,7 +7,7 @@ from eagle3_quant.calib.api import calibrate_target
 from eagle3_quant.calib.format import load_calibration
 
 from eagle3_quant.errors import TargetMismatchError
-from eagle3_quant.synthetic import DraftShape, write_synthetic_draft
+from fixtures.synthetic import DraftShape, write_synthetic_draft
 
 TAPS = tuple(i + 1 for i in DRAFT_IDS)   # SpecForge ids nested in eagle_config count layer outputs
 SMALL = {"num_samples": 5, "seq_len": 48, "min_tokens": 4}

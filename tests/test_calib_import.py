@@ -11,7 +11,7 @@ from eagle3_quant.calib.importer import import_calibration
 
 from eagle3_quant.cli import main
 from eagle3_quant.errors import CalibrationDataError, DraftFormatError, TargetMismatchError
-from eagle3_quant.synthetic import write_synthetic_draft
+from fixtures.synthetic import write_synthetic_draft
 
 SPECFORGE_INDICES = [0, 1, 2, 10]   # numeric order differs from the names' order
 

@@ -7,9 +7,9 @@ import torch
 from eagle3_quant.calib.format import CalibrationInfo, CalibrationSample, CalibrationWriter, load_calibration
 from eagle3_quant.calib.taps import TapConvention, resolve_taps
 
-from eagle3_quant.draft import read_draft
 from eagle3_quant.errors import DraftFormatError
-from eagle3_quant.formats import DraftFormat
+from eagle3_quant.reading.draft import read_draft
+from eagle3_quant.reading.formats import DraftFormat
 
 LAYERS = 8   # the "tiny" synthetic draft's target
 

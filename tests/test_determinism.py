@@ -9,8 +9,8 @@ import shutil
 import pytest
 from eagle3_quant.quantize.api import quantize_draft
 
-from eagle3_quant.formats import DraftFormat
-from eagle3_quant.synthetic import write_synthetic_draft
+from eagle3_quant.reading.formats import DraftFormat
+from fixtures.synthetic import write_synthetic_draft
 
 pytestmark = pytest.mark.slow
 

@@ -15,15 +15,15 @@ import time
 
 import pytest
 from corpus.builders import tiny, tree_state
-from eagle3_quant.export.manifest import Manifest
 from eagle3_quant.quantize.api import quantize_draft
 
 from eagle3_quant.cli import main
 from eagle3_quant.errors import QuantizationError
-from eagle3_quant.hashing import sha256_file
-from eagle3_quant.interrupts import handling_interrupts, requested
-from eagle3_quant.outdir import staged_output
-from eagle3_quant.synthetic import DraftShape, write_synthetic_draft
+from eagle3_quant.records.manifest import Manifest
+from eagle3_quant.util.hashing import sha256_file
+from eagle3_quant.util.interrupts import handling_interrupts, requested
+from eagle3_quant.util.outdir import staged_output
+from fixtures.synthetic import DraftShape, write_synthetic_draft
 
 MID_SIZE = DraftShape(1024, 6144, 8, 2, 128, 32000, 8000, target_layers=32)
 # name -> (signal, sent when the staging folder holds a shard file (mid-write) or as soon as it exists)

@@ -3,14 +3,14 @@ from __future__ import annotations
 import re
 
 import pytest
-from eagle3_quant.quantize.plan import make_plan
-from eagle3_quant.validate.loader_compat import check_loader_compat
 
-from eagle3_quant.draft import read_draft
+from eagle3_quant.engines.loader_compat import check_loader_compat
+from eagle3_quant.engines.vllm_names import exclude_pattern, runtime_layers
 from eagle3_quant.errors import SchemeError
-from eagle3_quant.formats import DraftFormat
+from eagle3_quant.plan import make_plan
+from eagle3_quant.reading.draft import read_draft
+from eagle3_quant.reading.formats import DraftFormat
 from eagle3_quant.schemes import get_scheme
-from eagle3_quant.vllm_names import exclude_pattern, runtime_layers
 
 PTPC_GLOBAL = {
     "weight": {"dtype": "fp8_e4m3", "is_dynamic": False, "qscheme": "per_channel", "ch_axis": 0},

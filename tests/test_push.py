@@ -216,7 +216,7 @@ def test_changed_artifact_or_stray_file_refused(make_out, hub):
     config = json.loads((out / "config.json").read_text())
     config["hidden_size"] += 1
     (out / "config.json").write_text(json.dumps(config))
-    with pytest.raises(PublishError, match="config.json: changed since quantization"):
+    with pytest.raises(PublishError, match="config.json changed after export"):
         push_draft(out, REPO)
     out2 = make_out(name="o2")
     (out2 / "notes.txt").write_text("scratch")

@@ -8,8 +8,8 @@ from conftest import folder_hashes, load_tensors
 from eagle3_quant.quantize.api import quantize_draft
 
 from eagle3_quant.errors import OutputExistsError, SchemeError
-from eagle3_quant.formats import DraftFormat
-from eagle3_quant.hashing import sha256_file
+from eagle3_quant.reading.formats import DraftFormat
+from eagle3_quant.util.hashing import sha256_file
 
 pytestmark = pytest.mark.slow
 

@@ -4,11 +4,11 @@ import json
 
 import pytest
 
-from eagle3_quant.draft import read_draft
 from eagle3_quant.errors import DraftFormatError, NotAnEagle3DraftError, UnsupportedSourceError
-from eagle3_quant.formats import DraftFormat
 from eagle3_quant.inspection import inspect_draft
-from eagle3_quant.synthetic import SHAPES
+from eagle3_quant.reading.draft import read_draft
+from eagle3_quant.reading.formats import DraftFormat
+from fixtures.synthetic import SHAPES
 
 TINY = SHAPES["tiny"]
 

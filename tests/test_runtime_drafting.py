@@ -10,7 +10,7 @@ from draft_variants import write_variant
 
 from eagle3_quant import Eagle3Draft, load_draft, new_draft_config, read_draft, save_draft
 from eagle3_quant.errors import DraftFormatError, OutputExistsError
-from eagle3_quant.formats import DraftFormat
+from eagle3_quant.reading.formats import DraftFormat
 from eagle3_quant.runtime.drafting import draft_inputs
 
 T, K = 9, 4

@@ -11,7 +11,7 @@ from safetensors.torch import load_file, save_file
 
 from eagle3_quant import load_draft
 from eagle3_quant.errors import DraftFormatError
-from eagle3_quant.formats import DraftFormat
+from eagle3_quant.reading.formats import DraftFormat
 from eagle3_quant.runtime.fp8_linear import Fp8Linear
 
 T = 10

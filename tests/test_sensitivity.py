@@ -14,7 +14,7 @@ from safetensors.torch import load_file, save_file
 
 from eagle3_quant import load_draft, quantize_draft
 from eagle3_quant.cli import main
-from eagle3_quant.errors import SchemeError
+from eagle3_quant.errors import OptionsError, SchemeError
 from eagle3_quant.runtime.fp8_linear import Fp8Linear
 from eagle3_quant.schemes import get_scheme
 
@@ -41,7 +41,7 @@ def _plant_down_proj_outlier(src):
 
 def test_report_ranks_every_group_and_matches_an_independent_count(setup):
     src, target, cal = setup
-    report = measure_sensitivity(src, cal, "ptpc_fp8", "cpu")
+    report = measure_sensitivity(src, cal, scheme="ptpc_fp8", device="cpu")
     assert {g.group for g in report.groups} == GROUPS
     keys = [(-g.disagreement, -g.kl) for g in report.groups]
     assert keys == sorted(keys)
@@ -69,7 +69,7 @@ def test_default_plan_row_predicts_the_real_ptpc_artifact(quantized_tiny, tmp_pa
     src, out = quantized_tiny()
     target = write_target(tmp_path / "target")
     cal = write_calibration(tmp_path / "cal", target, samples=4, seq_len=20)
-    report = measure_sensitivity(src, cal, "ptpc_fp8", "cpu", groups=["o_proj"])
+    report = measure_sensitivity(src, cal, scheme="ptpc_fp8", device="cpu", groups=["o_proj"])
     differ, kl = compare_drafts(load_draft(src, embedding=target), load_draft(out, embedding=target), cal)
     assert report.default_plan.disagreement == pytest.approx(differ)
     assert report.default_plan.kl == pytest.approx(kl, rel=1e-4)
@@ -91,7 +91,7 @@ def test_simulated_weights_are_quarks_bit_for_bit(quantized_tiny):
 def test_planted_outlier_is_found_by_the_static_scheme(setup):
     src, _, cal = setup
     _plant_down_proj_outlier(src)
-    report = measure_sensitivity(src, cal, "fp8", "cpu", groups=["down_proj", "o_proj", "qkv_proj"])
+    report = measure_sensitivity(src, cal, scheme="fp8", device="cpu", groups=["down_proj", "o_proj", "qkv_proj"])
     assert [g.group for g in report.groups][0] == "down_proj"
     down, runner_up = report.groups[0], report.groups[1]
     assert down.disagreement > 0.15 and down.kl > 10 * runner_up.kl
@@ -104,7 +104,7 @@ def test_bad_requests_are_refused(setup, tmp_path):
         measure_sensitivity(src, cal, groups=["attention"])
     with pytest.raises(SchemeError, match="--calib"):
         quantize_draft(src, tmp_path / "o", auto_exclude=0.01)
-    with pytest.raises(SchemeError, match="fraction"):
+    with pytest.raises(OptionsError, match="fraction"):
         quantize_draft(src, tmp_path / "o", calib=cal, auto_exclude=1.5)
     assert not (tmp_path / "o").exists()
 

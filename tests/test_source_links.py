@@ -8,8 +8,8 @@ import shutil
 import pytest
 from corpus.builders import SINGLE, pickle_draft, tiny
 
-from eagle3_quant.draft import read_draft
 from eagle3_quant.errors import CheckpointFileError, DraftFormatError
+from eagle3_quant.reading.draft import read_draft
 
 
 def as_hub_cache(src, cache_root):

@@ -14,7 +14,7 @@ from eagle3_quant.quantize.sensitivity import measure_sensitivity, quark_weight
 
 from eagle3_quant import load_draft, quantize_draft
 from eagle3_quant.errors import DraftFormatError
-from eagle3_quant.formats import DraftFormat
+from eagle3_quant.reading.formats import DraftFormat
 from eagle3_quant.runtime.fp8_linear import Fp8Linear
 from eagle3_quant.schemes import get_scheme
 
@@ -25,7 +25,7 @@ ROLES = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.
 @pytest.fixture(scope="module")
 def static_run(tmp_path_factory):
     """One Quark static run per format, shared by the tests that read it."""
-    from eagle3_quant.synthetic import write_synthetic_draft
+    from fixtures.synthetic import write_synthetic_draft
 
     cache = {}
 
@@ -108,7 +108,7 @@ def test_sensitivity_simulates_the_static_weights_bit_for_bit(static_run):
 @pytest.mark.slow
 def test_sensitivity_default_plan_row_predicts_the_static_artifact(static_run):
     src, target, cal, result = static_run(DraftFormat.SPECFORGE)
-    report = measure_sensitivity(src, cal, "fp8", "cpu", groups=["o_proj"])
+    report = measure_sensitivity(src, cal, scheme="fp8", device="cpu", groups=["o_proj"])
     differ, kl = compare_drafts(load_draft(src, embedding=target), load_draft(result.output, embedding=target), cal)
     assert report.default_plan.disagreement == pytest.approx(differ)
     assert report.default_plan.kl == pytest.approx(kl, rel=1e-4)

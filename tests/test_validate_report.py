@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 from eagle3_quant.validate.report import Gates, ValidationReport, gate, passed, skipped
 
-from eagle3_quant.errors import SchemeError
+from eagle3_quant.errors import OptionsError
 
 
 def test_gates_from_a_mapping_refuse_unknown_names():
     assert Gates.from_value(None) == Gates()
     assert Gates.from_value({"min_top1_agreement": 0.9}) == Gates(min_top1_agreement=0.9)
-    with pytest.raises(SchemeError, match="min_top1_agreement"):
+    with pytest.raises(OptionsError, match="min_top1_agreement"):
         Gates.from_value({"min_top1": 0.9})
 
 

@@ -11,7 +11,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from eagle3_quant.checkpoint import read_checkpoint
+from eagle3_quant.reading.checkpoint import read_checkpoint
 
 
 def copy_artifact(out: Path, dest: Path) -> Path:

@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
 from pathlib import Path
 
 from eagle3_quant.calib.format import CalibrationSet, load_calibration
 from eagle3_quant.calib.taps import resolve_taps
 from eagle3_quant.validate.kernel_check import kernel_checks, run_kernel_check
-from eagle3_quant.validate.report import DEFAULT_K, REPORT_NAME, Check, Gates, ValidationReport, failed, gate, skipped
+from eagle3_quant.validate.options import ValidateOptions
+from eagle3_quant.validate.report import REPORT_NAME, Check, Gates, ValidationReport, failed, gate, skipped
 from eagle3_quant.validate.structure import Fp8Artifact, read_artifact, read_reference, structure_checks
 
-from eagle3_quant.draft import DraftCheckpoint
 from eagle3_quant.errors import DraftFormatError, Eagle3QuantError
-from eagle3_quant.layout import EMBEDDING_NAMES
+from eagle3_quant.options import build_options
+from eagle3_quant.reading.draft import DraftCheckpoint
+from eagle3_quant.reading.layout import EMBEDDING_NAMES
 
 FIDELITY_CHECKS = ("top1_agreement", "acceptance_ratio")
 
@@ -96,25 +97,22 @@ def _sqnr(art: Fp8Artifact, reference: DraftCheckpoint | None, gates: Gates) -> 
                 f"lowest weight SQNR in dB ({worst['module']})"), layers
 
 
-def validate_draft(out: str | Path, reference: str | Path | None = None, calib: str | Path | None = None,
-                   report: str | Path | None = None, gates: Gates | Mapping[str, float] | None = None, *,
-                   k: int = DEFAULT_K, target: str | Path | None = None, device: str | None = None, kernel: bool = True,
-                   max_samples: int | None = None) -> ValidationReport:
+def validate_draft(out: str | Path, options: ValidateOptions | None = None, **overrides) -> ValidationReport:
     """Validate the FP8 draft OUT; write the JSON report (default OUT/validation.json) and return it.
 
-    `reference`: the BF16 draft (default: the manifest's source folder if it still exists). `calib`: a
-    calibration set (``eagle3-quant calibrate``) for the data checks. `target`: where to take the token
-    embedding from when the draft has none (default: the calibration set's target). `k`: draft steps per chain.
-    `gates`: a Gates or a mapping of its fields.
+    `options` (a `ValidateOptions`; keywords override its fields): `reference`, the BF16 draft (default: the
+    manifest's source folder if it still exists); `calib`, a calibration set (``eagle3-quant calibrate``) for the
+    data checks; `target`, where to take the token embedding from when the draft has none (default: the
+    calibration set's target); `k`, draft steps per chain; `gates`, a Gates or a mapping of its fields.
     Bad inputs raise an Eagle3QuantError; a draft that fails a check returns a report with ``passed`` False.
     """
-    gates = Gates.from_value(gates)
-    if k < 1:
-        raise DraftFormatError(f"k must be >= 1, got {k}", field="k")
+    opts = build_options(ValidateOptions, options, overrides)
+    reference, calib, report, gates = opts.reference, opts.calib, opts.report, opts.gates
+    k, target, device, kernel, max_samples = opts.k, opts.target, opts.device, opts.kernel, opts.max_samples
     out = Path(out).expanduser().resolve()
     art = read_artifact(out)
-    ref = read_reference(Path(reference).expanduser() if reference is not None else None, out)
-    cal = load_calibration(Path(calib).expanduser()) if calib is not None else None
+    ref = read_reference(reference, out)
+    cal = load_calibration(calib) if calib is not None else None
     if cal is not None:
         _check_calibration(cal, art)
 
@@ -138,6 +136,6 @@ def validate_draft(out: str | Path, reference: str | Path | None = None, calib: 
                                             "tokens": cal.num_tokens, "target": cal.info.target}
     result = ValidationReport(out, ref.path if ref is not None else None, calibration, gates, tuple(checks),
                               metrics, tuple(layers), kernel_result)
-    report_path = Path(report).expanduser() if report is not None else out / REPORT_NAME
+    report_path = report if report is not None else out / REPORT_NAME
     result.write(report_path)
     return dataclasses.replace(result, report_path=report_path)

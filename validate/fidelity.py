@@ -19,7 +19,7 @@ from eagle3_quant.validate.acceptance import (
 from eagle3_quant.validate.structure import Fp8Artifact
 from safetensors import safe_open
 
-from eagle3_quant.draft import DraftCheckpoint
+from eagle3_quant.reading.draft import DraftCheckpoint
 from eagle3_quant.runtime.drafting import draft_inputs
 from eagle3_quant.runtime.model import Eagle3Draft
 

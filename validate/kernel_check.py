@@ -174,7 +174,10 @@ def kernel_checks(kernel: dict) -> list[Check]:
 def _synthetic_fp8(shape: str, workdir: Path) -> Path:
     from eagle3_quant.quantize.api import quantize_draft
 
-    from eagle3_quant.synthetic import write_synthetic_draft
+    try:   # the synthetic drafts are test support: they ship with the checkout, not the wheel
+        from fixtures.synthetic import write_synthetic_draft
+    except ImportError:
+        raise SystemExit("--synthetic needs the eagle3-quant checkout: run it from the repository root") from None
 
     src = write_synthetic_draft(workdir / "src", shape)
     return quantize_draft(src, workdir / "fp8", device="cpu").output

@@ -17,7 +17,7 @@ from eagle3_quant.validate.platform import Platform
 from eagle3_quant.validate.structure import read_artifact
 from safetensors import safe_open
 
-from eagle3_quant.layout import FUSED_GROUPS
+from eagle3_quant.reading.layout import FUSED_GROUPS
 from eagle3_quant.runtime import fp8
 
 NUMERICS_ROWS = (1, 16, 64)

@@ -1,37 +1,10 @@
-"""The validation report: checks, metrics and kernel evidence, and its versioned JSON form.
+"""The validation report as the validate stage builds it: checks, metrics, kernel evidence.
 
-``OUT/validation.json`` (``report_version`` 1)::
-
-    {
-      "report_version": 1,
-      "passed": bool,                        # no check failed (skipped checks do not fail a report)
-      "created_at": "2025-01-01T00:00:00+00:00",
-      "artifact": "/path/OUT",               # the FP8 draft validated
-      "reference": "/path/SRC" | null,       # the BF16 draft it was compared with
-      "calibration": {"path", "samples", "tokens", "target"} | null,
-      "gates": {"min_top1_agreement": 0.95, "min_acceptance_ratio": 0.99, "min_weight_sqnr_db": 25.0},
-      "checks": [{"name", "status": "passed" | "failed" | "skipped", "detail", ...}],
-      "metrics": {
-        "acceptance_length_bf16", "acceptance_length_fp8",   # 1 + mean accepted, greedy chains of k steps
-        "acceptance_ratio",                                  # fp8 / bf16 on the same chain starts
-        "acceptance_ratio_interval", "acceptance_ratio_confidence", "acceptance_ratio_method",
-        "per_position_acceptance_bf16", "per_position_acceptance_fp8",   # vLLM's per-position rates
-        "k", "drafts",                                       # steps per chain, chains evaluated
-        "top1_agreement", "kl",                              # step-0 logits, every calibration position
-        "positions", "min_weight_sqnr_db"
-      },
-      "layers": [{"module", "role", "shape", "sqnr_db"}],    # per quantized linear (needs the reference)
-      "kernel": {"status", "device", "platform", "backend", "kernels": [...], ...},   # see kernel_check.py
-      "versions": {"eagle3-quant", "torch", ...}
-    }
-
-A measurement that was not made is absent or null, never estimated; the check that needed it says
-``skipped`` and why. Status ``skipped`` never counts as ``passed``.
+Its file form (name, version, layout) is owned by `eagle3_quant.records.validation_report`.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -39,12 +12,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from eagle3_quant.export.manifest import library_versions
+from eagle3_quant.errors import OptionsError
+from eagle3_quant.records.manifest import library_versions
+from eagle3_quant.records.validation_report import REPORT_NAME, REPORT_VERSION, write_report
 
-from eagle3_quant.errors import SchemeError
-
-REPORT_VERSION = 1
-REPORT_NAME = "validation.json"
+__all__ = ["REPORT_NAME", "REPORT_VERSION"]
 DEFAULT_K = 3                 # draft tokens per speculative step (vLLM num_speculative_tokens)
 Status = Literal["passed", "failed", "skipped"]
 
@@ -72,7 +44,7 @@ class Gates:
         known = set(cls().to_dict())
         unknown = sorted(set(value) - known)
         if unknown:
-            raise SchemeError(f"unknown gate(s) {', '.join(unknown)}; valid gates: {', '.join(sorted(known))}",
+            raise OptionsError(f"unknown gate(s) {', '.join(unknown)}; valid gates: {', '.join(sorted(known))}",
                               field="gates")
         return cls(**{k: float(v) for k, v in value.items()})
 
@@ -152,10 +124,7 @@ class ValidationReport:
         }
 
     def write(self, path: Path) -> Path:
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
-        tmp.replace(path)
-        return path
+        return write_report(path, self.to_dict())
 
 
 def _clean(value: Any) -> Any:

@@ -6,25 +6,23 @@ Every check collects all its problems (the first few are named) instead of stopp
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from eagle3_quant.export.manifest import MANIFEST_NAME
-from eagle3_quant.export.verify import same_bytes
-from eagle3_quant.validate.loader_compat import check_loader_compat
+from eagle3_quant.quantize.verify_export import same_bytes
 from eagle3_quant.validate.report import Check, failed, passed, skipped
 from safetensors import safe_open
 
-from eagle3_quant.checkpoint import Checkpoint, read_checkpoint
-from eagle3_quant.config import DraftConfig, load_config_file, parse_config
-from eagle3_quant.draft import DraftCheckpoint
-from eagle3_quant.errors import DraftFormatError
-from eagle3_quant.formats import detect_format
-from eagle3_quant.hashing import sha256_file
-from eagle3_quant.layout import DraftLayout, build_layout
-from eagle3_quant.safetensors_header import FLOAT_DTYPES, FP8_DTYPES, TensorInfo
+from eagle3_quant.engines.loader_compat import check_loader_compat
+from eagle3_quant.errors import DraftFormatError, ManifestError
+from eagle3_quant.reading.checkpoint import Checkpoint, read_checkpoint
+from eagle3_quant.reading.config import DraftConfig, load_config_file, parse_config
+from eagle3_quant.reading.draft import DraftCheckpoint
+from eagle3_quant.reading.formats import detect_format
+from eagle3_quant.reading.layout import DraftLayout, build_layout
+from eagle3_quant.reading.safetensors_header import FLOAT_DTYPES, FP8_DTYPES, TensorInfo
+from eagle3_quant.records.manifest import MANIFEST_NAME, Manifest
 
 SCALE_SUFFIXES = ("weight_scale", "input_scale")
 ROWS_PER_CHUNK = 4096
@@ -212,23 +210,16 @@ def check_loader(art: Fp8Artifact) -> Check:
 
 
 def check_manifest(out: Path) -> Check:
-    path = out / MANIFEST_NAME
-    if not path.is_file():
+    if not (out / MANIFEST_NAME).is_file():
         return skipped("manifest", f"no {MANIFEST_NAME} (not written by eagle3-quant quantize)")
     try:
-        outputs = json.loads(path.read_text())["outputs"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        return failed("manifest", f"{MANIFEST_NAME} is unreadable ({exc})")
-    problems = []
-    for entry in outputs:
-        file = out / entry["path"]
-        if not file.is_file():
-            problems.append(f"{entry['path']} is missing")
-        elif file.stat().st_size != entry["size"] or sha256_file(file) != entry["sha256"]:
-            problems.append(f"{entry['path']} changed after export (sha256 differs from the manifest)")
+        manifest = Manifest.read(out)
+    except ManifestError as exc:
+        return failed("manifest", str(exc))
+    problems = manifest.output_problems(out)
     if problems:
         return failed("manifest", _listed(problems))
-    return passed("manifest", f"{len(outputs)} files match the sha256 recorded at export")
+    return passed("manifest", f"{len(manifest.outputs)} files match the sha256 recorded at export")
 
 
 def structure_checks(art: Fp8Artifact, reference: DraftCheckpoint | None) -> list[Check]:
@@ -238,13 +229,13 @@ def structure_checks(art: Fp8Artifact, reference: DraftCheckpoint | None) -> lis
 
 def read_reference(reference: Path | None, out: Path) -> DraftCheckpoint | None:
     """The BF16 draft to compare with: the one given, else the manifest's local source if it still exists."""
-    from eagle3_quant.draft import read_draft
+    from eagle3_quant.reading.draft import read_draft
 
     if reference is not None:
         return read_draft(reference)
     try:
-        source = json.loads((out / MANIFEST_NAME).read_text())["source"]["path"]
-    except (OSError, ValueError, KeyError, TypeError):
+        source = Manifest.read(out).source.path
+    except ManifestError:
         return None
     if source and Path(source).is_dir():
         try:

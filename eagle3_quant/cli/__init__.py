@@ -9,7 +9,7 @@ import typer
 
 from eagle3_quant.cli.app import app
 from eagle3_quant.errors import Eagle3QuantError
-from eagle3_quant.interrupts import InterruptRecord, handling_interrupts
+from eagle3_quant.util.interrupts import InterruptRecord, handling_interrupts
 
 # Command modules register their verbs on `app` when imported; keep each import-light.
 from eagle3_quant.cli import (  # noqa: E402,F401  isort: skip

@@ -6,9 +6,13 @@ from typing import Annotated
 
 import typer
 
+from eagle3_quant.calib.options import CalibrationOptions as C
+from eagle3_quant.calib.options import ImportOptions
 from eagle3_quant.calib.taps import TapConvention
 from eagle3_quant.calib.target import DTYPE_NAMES
 from eagle3_quant.cli.app import app
+from eagle3_quant.options import default_of as default
+from eagle3_quant.options import help_of
 
 Dtype = Enum("Dtype", {name: name for name in ("auto", *DTYPE_NAMES)}, type=str)
 
@@ -32,31 +36,26 @@ def calibrate_command(
     from_dump: Annotated[Path | None, typer.Option(
         help="Import states captured elsewhere instead: a calibration-format folder or SpecForge data_*.ckpt "
              "files (these need --target for its lm_head).")] = None,
-    num_samples: Annotated[int, typer.Option(help="Prompts to capture.")] = 128,
-    seq_len: Annotated[int, typer.Option(help="Tokens per sample at most (prompt + generated).")] = 2048,
-    seed: Annotated[int, typer.Option(help="Seed of the prompt order.")] = 0,
-    column: Annotated[str | None, typer.Option(
-        help="Dataset column (default: messages, conversations or text, whichever exists).")] = None,
-    split: Annotated[str, typer.Option(help="Dataset split.")] = "train",
-    subset: Annotated[str | None, typer.Option(help="Dataset configuration name.")] = None,
-    min_tokens: Annotated[int, typer.Option(help="Skip prompts shorter than this.")] = 16,
-    generate_tokens: Annotated[int, typer.Option(
-        help="Append the target's own greedy continuation of this many tokens to each prompt.")] = 0,
-    tap_convention: Annotated[TapConvention, typer.Option(
-        help="How the draft config counts its aux layer ids: input (EAGLE/vLLM/speculators) or output "
-             "(SpecForge/ModelOpt); auto decides from the config.")] = TapConvention.auto,
-    aux_layer_ids: Annotated[str | None, typer.Option(
-        help="Override the draft's three aux layer ids, e.g. 2,16,29 (input convention unless "
-             "--tap-convention output).")] = None,
-    dtype: Annotated[Dtype, typer.Option(help="Run the target and store the states in this dtype.")] = Dtype.auto,
-    trust_remote_code: Annotated[bool, typer.Option(
-        "--trust-remote-code", help="Allow the target's own modelling code from its repository.")] = False,
-    force: Annotated[bool, typer.Option(
-        "--force", help="Replace OUT, or an interrupted run made with other options.")] = False,
-    revision: Annotated[str | None, typer.Option(help="Hub revision of the draft.")] = None,
+    num_samples: Annotated[int, typer.Option(help=help_of(C, "num_samples"))] = default(C, "num_samples"),
+    seq_len: Annotated[int, typer.Option(help=help_of(C, "seq_len"))] = default(C, "seq_len"),
+    seed: Annotated[int, typer.Option(help=help_of(C, "seed"))] = default(C, "seed"),
+    column: Annotated[str | None, typer.Option(help=help_of(C, "column"))] = default(C, "column"),
+    split: Annotated[str, typer.Option(help=help_of(C, "split"))] = default(C, "split"),
+    subset: Annotated[str | None, typer.Option(help=help_of(C, "subset"))] = default(C, "subset"),
+    min_tokens: Annotated[int, typer.Option(help=help_of(C, "min_tokens"))] = default(C, "min_tokens"),
+    generate_tokens: Annotated[int, typer.Option(help=help_of(C, "generate_tokens"))] = default(C, "generate_tokens"),
+    tap_convention: Annotated[TapConvention, typer.Option(help=help_of(C, "tap_convention"))]
+    = default(C, "tap_convention"),
+    aux_layer_ids: Annotated[str | None, typer.Option(help=help_of(C, "aux_layer_ids"))] = None,
+    dtype: Annotated[Dtype, typer.Option(help=help_of(C, "dtype"))] = default(C, "dtype"),
+    trust_remote_code: Annotated[bool, typer.Option("--trust-remote-code", help=help_of(C, "trust_remote_code"))]
+    = default(C, "trust_remote_code"),
+    force: Annotated[bool, typer.Option("--force", help=help_of(C, "force"))] = default(C, "force"),
+    revision: Annotated[str | None, typer.Option(help=help_of(C, "revision"))] = default(C, "revision"),
 ) -> None:
     """Capture what the draft receives from its target (three aux hidden states, next tokens) into a
     calibration set: resumable, checked against the draft. Or import states dumped elsewhere (--from-dump)."""
+    from eagle3_quant.cli.progress import TerminalProgress
     from eagle3_quant.cli.render import console, human_bytes
 
     if (data is None) == (from_dump is None):
@@ -64,20 +63,22 @@ def calibrate_command(
     if data is not None and target is None:
         raise typer.BadParameter("--data needs --target")
     ids = _layer_ids(aux_layer_ids)
+    progress = TerminalProgress()
     if from_dump is not None:
         from eagle3_quant.calib.importer import import_calibration
 
-        result = import_calibration(from_dump, draft, out, target=target, tap_convention=tap_convention.value,
-                                    aux_layer_ids=ids, force=force, verbose=True, revision=revision)
+        options = ImportOptions(target=target, tap_convention=tap_convention.value, aux_layer_ids=ids, force=force,
+                                revision=revision)
+        result = import_calibration(from_dump, draft, out, options, progress=progress)
     else:
         from eagle3_quant.calib.api import calibrate_target
 
+        options = C(num_samples=num_samples, seq_len=seq_len, seed=seed, column=column, split=split, subset=subset,
+                    min_tokens=min_tokens, generate_tokens=generate_tokens, tap_convention=tap_convention.value,
+                    aux_layer_ids=ids, dtype=dtype.value, trust_remote_code=trust_remote_code, force=force,
+                    revision=revision)
         try:
-            result = calibrate_target(target, draft, data, out, force=force, verbose=True, revision=revision,
-                                      num_samples=num_samples, seq_len=seq_len, seed=seed, column=column,
-                                      split=split, subset=subset, min_tokens=min_tokens,
-                                      generate_tokens=generate_tokens, tap_convention=tap_convention.value,
-                                      aux_layer_ids=ids, dtype=dtype.value, trust_remote_code=trust_remote_code)
+            result = calibrate_target(target, draft, data, out, options, progress=progress)
         except KeyboardInterrupt:
             typer.echo("interrupted: the whole shards captured so far are kept; re-run the same command to resume",
                        err=True)

@@ -1,56 +1,51 @@
 from __future__ import annotations
 
-from enum import Enum, StrEnum
+from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from eagle3_quant.cli.app import app
-from eagle3_quant.schemes import DEFAULT_SCHEME, SCHEMES
+from eagle3_quant.options import default_of as default
+from eagle3_quant.options import help_of
+from eagle3_quant.quantize.options import QuantizeOptions as Q
+from eagle3_quant.schemes import SCHEMES
 
 SchemeName = Enum("SchemeName", {name: name for name in SCHEMES}, type=str)
-
-
-class Device(StrEnum):
-    cpu = "cpu"
-    cuda = "cuda"
 
 
 @app.command("quantize")
 def quantize_command(
     src: Annotated[str, typer.Argument(help="BF16/FP16 draft folder or Hub repo id.")],
     out: Annotated[Path, typer.Argument(help="Output folder (written atomically).")],
-    scheme: Annotated[SchemeName, typer.Option(help="Quantization scheme.")] = DEFAULT_SCHEME,
-    exclude: Annotated[list[str] | None, typer.Option(
-        help="Keep this linear BF16 too (role like o_proj, fused name qkv_proj, or module name). Repeatable.")] = None,
-    quantize_fc: Annotated[bool, typer.Option("--quantize-fc", help="Quantize fc too (SGLang cannot load it).")]
-    = False,
-    device: Annotated[Device | None, typer.Option(help="Device for Quark (default: cuda if available).")] = None,
-    calib: Annotated[Path | None, typer.Option(help="Calibration set (static schemes, --auto-exclude).")] = None,
-    auto_exclude: Annotated[float | None, typer.Option(
-        help="Keep BF16 every layer group whose FP8 quantization alone changes the draft's top-1 token on more "
-             "than this fraction of calibration positions (needs --calib; see `sensitivity`).")] = None,
-    force: Annotated[bool, typer.Option("--force", help="Replace OUT if it exists.")] = False,
-    revision: Annotated[str | None, typer.Option(help="Hub revision of SRC.")] = None,
-    verbose: Annotated[bool, typer.Option("--verbose", help="Show Quark's own log.")] = False,
-    allow_pickle: Annotated[bool, typer.Option(
-        "--allow-pickle", help="Accept a draft with only pickle (.bin/.pt) weights: loaded with "
-        "torch.load(weights_only=True), converted to safetensors; the source is only read.")] = False,
+    scheme: Annotated[SchemeName, typer.Option(help=help_of(Q, "scheme"))] = default(Q, "scheme"),
+    exclude: Annotated[list[str] | None, typer.Option(help=help_of(Q, "exclude"))] = None,
+    quantize_fc: Annotated[bool, typer.Option("--quantize-fc", help=help_of(Q, "quantize_fc"))]
+    = default(Q, "quantize_fc"),
+    device: Annotated[str | None, typer.Option(help=help_of(Q, "device"))] = default(Q, "device"),
+    calib: Annotated[Path | None, typer.Option(help=help_of(Q, "calib"))] = default(Q, "calib"),
+    auto_exclude: Annotated[float | None, typer.Option(help=help_of(Q, "auto_exclude"))] = default(Q, "auto_exclude"),
+    force: Annotated[bool, typer.Option("--force", help=help_of(Q, "force"))] = default(Q, "force"),
+    revision: Annotated[str | None, typer.Option(help=help_of(Q, "revision"))] = default(Q, "revision"),
+    verbose: Annotated[bool, typer.Option("--verbose", help=help_of(Q, "verbose"))] = default(Q, "verbose"),
+    allow_pickle: Annotated[bool, typer.Option("--allow-pickle", help=help_of(Q, "allow_pickle"))]
+    = default(Q, "allow_pickle"),
 ) -> None:
     """Quantize a draft to FP8 with AMD Quark; write config.json that vLLM loads unedited, and a manifest."""
     from eagle3_quant.cli.render import console, human_bytes, print_loader_check
     from eagle3_quant.quantize.api import quantize_draft
 
+    options = Q(scheme=scheme.value, exclude=tuple(exclude or ()), quantize_fc=quantize_fc, device=device,
+                calib=calib, auto_exclude=auto_exclude, force=force, revision=revision, verbose=verbose,
+                allow_pickle=allow_pickle)
     if quantize_fc:
         console.print("[yellow]warning:[/] --quantize-fc: SGLang's Eagle3 loader keeps fc as a plain Linear and "
                       "cannot load a quantized fc; vLLM can.")
-    result = quantize_draft(src, out, scheme.value, exclude, device.value if device else None,
-                            quantize_fc=quantize_fc, force=force, revision=revision, calib=calib,
-                            auto_exclude=auto_exclude, verbose=verbose, allow_pickle=allow_pickle)
+    result = quantize_draft(src, out, options)
     print_loader_check(result.loader_check)
     outputs = result.manifest.outputs
     console.print(f"wrote {result.output} in {result.seconds:.1f} s: {len(outputs)} files, "
-                  f"{human_bytes(sum(o['size'] for o in outputs))}; "
+                  f"{human_bytes(sum(o.size for o in outputs))}; "
                   f"{len(result.plan.quantized)} linears FP8 ({result.plan.scheme.name}), "
                   f"{len(result.plan.excluded)} kept BF16; manifest {result.manifest_path.name}")

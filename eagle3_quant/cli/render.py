@@ -5,17 +5,11 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from eagle3_quant.util.progress import human_bytes
+
 console = Console(highlight=False)
 if not console.is_terminal:  # logs and pipes: wide enough that runtime layer names are never cut
     console = Console(highlight=False, width=140)
-
-
-def human_bytes(n: int) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1000 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
-        n /= 1000
-    return f"{n:.2f} GB"
 
 
 def print_inspection(report) -> None:

@@ -7,29 +7,29 @@ from typing import Annotated
 import typer
 
 from eagle3_quant.cli.app import app
-from eagle3_quant.cli.quantize_cmd import Device, SchemeName
-from eagle3_quant.schemes import DEFAULT_SCHEME
+from eagle3_quant.cli.quantize_cmd import SchemeName
+from eagle3_quant.options import default_of as default
+from eagle3_quant.options import help_of
+from eagle3_quant.quantize.options import SensitivityOptions as S
 
 
 @app.command("sensitivity")
 def sensitivity_command(
     src: Annotated[str, typer.Argument(help="BF16/FP16 draft folder or Hub repo id.")],
     calib: Annotated[Path, typer.Option(help="Calibration set (made by `eagle3-quant calibrate`).")],
-    scheme: Annotated[SchemeName, typer.Option(help="Scheme whose FP8 math is simulated.")] = DEFAULT_SCHEME,
-    group: Annotated[list[str] | None, typer.Option(
-        help="Measure only this layer group (fc, qkv_proj, o_proj, gate_up_proj, down_proj, lm_head). "
-             "Repeatable.")] = None,
-    max_samples: Annotated[int | None, typer.Option(min=1, help="Use at most this many calibration samples.")]
-    = None,
-    device: Annotated[Device | None, typer.Option(help="Device (default: cuda if available).")] = None,
-    revision: Annotated[str | None, typer.Option(help="Hub revision of SRC.")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+    scheme: Annotated[SchemeName, typer.Option(help=help_of(S, "scheme"))] = default(S, "scheme"),
+    group: Annotated[list[str] | None, typer.Option(help=help_of(S, "groups"))] = None,
+    max_samples: Annotated[int | None, typer.Option(help=help_of(S, "max_samples"))] = default(S, "max_samples"),
+    device: Annotated[str | None, typer.Option(help=help_of(S, "device"))] = default(S, "device"),
+    revision: Annotated[str | None, typer.Option(help=help_of(S, "revision"))] = default(S, "revision"),
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON on stdout instead of a table.")] = False,
 ) -> None:
     """Quantize one layer group at a time; rank groups by how much they change the draft on CAL."""
     from eagle3_quant.quantize.sensitivity import measure_sensitivity
 
-    report = measure_sensitivity(src, calib, scheme.value, device.value if device else None, groups=group,
-                                 max_samples=max_samples, revision=revision)
+    options = S(scheme=scheme.value, groups=tuple(group) if group else None, max_samples=max_samples, device=device,
+                revision=revision)
+    report = measure_sensitivity(src, calib, options)
     if as_json:
         typer.echo(json.dumps(report.to_dict(), indent=2))
         return

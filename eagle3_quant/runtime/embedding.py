@@ -8,9 +8,9 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
-from eagle3_quant.checkpoint import read_checkpoint
 from eagle3_quant.errors import DraftFormatError
-from eagle3_quant.source import REPO_ID
+from eagle3_quant.reading.checkpoint import read_checkpoint
+from eagle3_quant.reading.source import REPO_ID
 
 EMBEDDING_SUFFIX = "embed_tokens.weight"
 PREFERRED = ("model.embed_tokens.weight", "embed_tokens.weight", "model.language_model.embed_tokens.weight")

@@ -88,16 +88,6 @@ def quantize_linear(linear: nn.Linear, per_channel: bool = True, input_scale: to
     return Fp8Linear(wq, scale, input_scale, bias, mode).to(weight.device)
 
 
-def dequantize_linear(layer: Fp8Linear, dtype: torch.dtype) -> nn.Linear:
-    linear = nn.Linear(layer.in_features, layer.out_features, bias=layer.bias is not None, dtype=dtype,
-                       device=layer.weight.device)
-    with torch.no_grad():
-        linear.weight.copy_(fp8.dequantize(layer.weight, layer.weight_scale, dtype))
-        if layer.bias is not None:
-            linear.bias.copy_(layer.bias)
-    return linear
-
-
 def harmonize_fused(group: Sequence[Fp8Linear]) -> None:
     """What vLLM does to the shards of one fused layer (q/k/v, gate/up) with per-tensor scales:
     one input scale, the largest, and weights requantized to the largest weight scale."""

@@ -8,17 +8,17 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
-from eagle3_quant.checkpoint import Checkpoint, read_checkpoint
-from eagle3_quant.config import DraftConfig, load_config_file, parse_config
 from eagle3_quant.errors import DraftFormatError
-from eagle3_quant.formats import detect_format
-from eagle3_quant.layout import EMBEDDING_NAMES, FUSED_GROUPS, build_layout
+from eagle3_quant.reading.checkpoint import Checkpoint, read_checkpoint
+from eagle3_quant.reading.config import DraftConfig, load_config_file, parse_config
+from eagle3_quant.reading.formats import detect_format
+from eagle3_quant.reading.layout import EMBEDDING_NAMES, FUSED_GROUPS, build_layout
+from eagle3_quant.reading.safetensors_header import TensorInfo
+from eagle3_quant.reading.source import resolve_source
 from eagle3_quant.runtime.embedding import read_target_embedding
 from eagle3_quant.runtime.fp8_linear import FP8_MODES, Fp8Linear, harmonize_fused, to_fnuz
 from eagle3_quant.runtime.model import Eagle3Draft
 from eagle3_quant.runtime.spec import resolve_spec
-from eagle3_quant.safetensors_header import TensorInfo
-from eagle3_quant.source import resolve_source
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 # Tensors some exporters leave behind that no serving engine reads.

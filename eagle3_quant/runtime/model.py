@@ -15,9 +15,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from eagle3_quant.config import DraftConfig
 from eagle3_quant.errors import DraftFormatError
-from eagle3_quant.formats import DraftFormat
+from eagle3_quant.reading.config import DraftConfig
+from eagle3_quant.reading.formats import DraftFormat
 from eagle3_quant.runtime.attention import Attention, CausalContext
 from eagle3_quant.runtime.fp8_linear import Fp8Linear
 from eagle3_quant.runtime.spec import RuntimeSpec, resolve_spec

@@ -9,12 +9,12 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from eagle3_quant.config import DraftConfig, parse_config
 from eagle3_quant.errors import DraftFormatError
-from eagle3_quant.formats import DraftFormat
-from eagle3_quant.outdir import staged_output
+from eagle3_quant.reading.config import DraftConfig, parse_config
+from eagle3_quant.reading.formats import DraftFormat
 from eagle3_quant.runtime.fp8_linear import Fp8Linear
 from eagle3_quant.runtime.model import Eagle3Draft
+from eagle3_quant.util.outdir import staged_output
 
 DTYPE_NAMES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32"}
 

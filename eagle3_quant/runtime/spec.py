@@ -6,9 +6,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from eagle3_quant.config import DraftConfig
 from eagle3_quant.errors import DraftFormatError
-from eagle3_quant.formats import DraftFormat
+from eagle3_quant.reading.config import DraftConfig
+from eagle3_quant.reading.formats import DraftFormat
 from eagle3_quant.runtime.rope import RopeSpec
 
 SUPPORTED_ACTIVATIONS = ("silu",)

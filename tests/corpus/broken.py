@@ -29,7 +29,7 @@ from corpus.builders import (
     tiny,
     write_raw,
 )
-from eagle3_quant.formats import DraftFormat
+from eagle3_quant.reading.formats import DraftFormat
 
 
 def truncated(root: Path) -> Path:

@@ -13,8 +13,8 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from eagle3_quant.formats import DraftFormat
-from eagle3_quant.synthetic import write_synthetic_draft
+from eagle3_quant.reading.formats import DraftFormat
+from fixtures.synthetic import write_synthetic_draft
 
 SINGLE = "model.safetensors"
 SHARD = "model-{:05d}-of-00003.safetensors"

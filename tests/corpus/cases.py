@@ -47,7 +47,6 @@ from corpus.broken import (
     write_file,
 )
 from corpus.builders import INDEX, Q_PROJ, SHARD, SINGLE, bf16, edit_index, llama_target, moe_model, pickle_draft, tiny
-from eagle3_quant import resources
 from eagle3_quant.errors import (
     CheckpointFileError,
     DraftFormatError,
@@ -58,7 +57,8 @@ from eagle3_quant.errors import (
     SourceNotFoundError,
     UnsupportedSourceError,
 )
-from eagle3_quant.formats import DraftFormat
+from eagle3_quant.reading.formats import DraftFormat
+from eagle3_quant.util import resources
 
 
 def _out(root: Path, src: Path) -> Path:
@@ -75,7 +75,7 @@ class BadCase:
     force: bool = False
     allow_pickle: bool = False
     exclude: tuple[str, ...] = ()
-    probes: dict[str, Callable] = field(default_factory=dict)   # eagle3_quant.resources function -> stand-in
+    probes: dict[str, Callable] = field(default_factory=dict)   # eagle3_quant.util.resources function -> stand-in
 
     def api_kwargs(self) -> dict:
         return {"force": self.force, "allow_pickle": self.allow_pickle, "exclude": list(self.exclude) or None}

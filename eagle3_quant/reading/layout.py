@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from eagle3_quant.config import DraftConfig
 from eagle3_quant.errors import DraftFormatError, UnsupportedSourceError
-from eagle3_quant.formats import DraftFormat
-from eagle3_quant.safetensors_header import FLOAT_DTYPES, FP8_DTYPES, TensorInfo
+from eagle3_quant.reading.config import DraftConfig
+from eagle3_quant.reading.formats import DraftFormat
+from eagle3_quant.reading.safetensors_header import FLOAT_DTYPES, FP8_DTYPES, TensorInfo
 
 
 class Part(StrEnum):

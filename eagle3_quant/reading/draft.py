@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from eagle3_quant.checkpoint import Checkpoint, check_links, read_checkpoint
-from eagle3_quant.config import DraftConfig, load_config_file, parse_config
-from eagle3_quant.formats import DraftFormat, detect_format
-from eagle3_quant.layout import DraftLayout, Part, build_layout
-from eagle3_quant.source import DraftSource, resolve_source
+from eagle3_quant.reading.checkpoint import Checkpoint, check_links, read_checkpoint
+from eagle3_quant.reading.config import DraftConfig, load_config_file, parse_config
+from eagle3_quant.reading.formats import DraftFormat, detect_format
+from eagle3_quant.reading.layout import DraftLayout, Part, build_layout
+from eagle3_quant.reading.source import DraftSource, resolve_source
 
 
 @dataclass(frozen=True)

@@ -16,10 +16,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from eagle3_quant.checkpoint import PICKLE_SUFFIXES, check_links
 from eagle3_quant.errors import CheckpointFileError, UnsupportedSourceError
-from eagle3_quant.outdir import check_output_target, scratch_for
-from eagle3_quant.resources import check_disk, check_memory, gb
+from eagle3_quant.reading.checkpoint import PICKLE_SUFFIXES, check_links
+from eagle3_quant.util.outdir import check_output_target, scratch_for
+from eagle3_quant.util.resources import check_disk, check_memory, gb
 
 PICKLE_INDEX = "pytorch_model.bin.index.json"
 BASE_BYTES = 500 * 10**6   # torch itself

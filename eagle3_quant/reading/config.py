@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from eagle3_quant.errors import DraftFormatError
-from eagle3_quant.formats import DraftFormat
+from eagle3_quant.reading.formats import DraftFormat
 
 MAX_DIM = 1 << 17        # hidden / intermediate sizes beyond this are not a draft
 MAX_VOCAB = 1 << 22

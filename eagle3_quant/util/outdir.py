@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from eagle3_quant.errors import OutputExistsError, ResourceError
-from eagle3_quant.interrupts import requested as interrupt_requested
+from eagle3_quant.util.interrupts import requested as interrupt_requested
 
 PARTIAL_MARK = ".partial-"
 OLD_MARK = ".old-"

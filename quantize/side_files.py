@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from eagle3_quant.checkpoint import PICKLE_SUFFIXES
+from eagle3_quant.reading.checkpoint import PICKLE_SUFFIXES
 
 # Written by us or by Quark; never copied from the source. The source's README.md is its own model card (it
 # describes the BF16 model): `eagle3-quant push`/`card` write ours, and its license is kept in the manifest.

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from eagle3_quant.draft import DraftCheckpoint
 from eagle3_quant.errors import SchemeError
-from eagle3_quant.layout import FUSED_GROUPS, LINEAR_ROLES, Part
+from eagle3_quant.reading.draft import DraftCheckpoint
+from eagle3_quant.reading.layout import FUSED_GROUPS, LINEAR_ROLES, Part
 from eagle3_quant.schemes import Scheme
 
 DEFAULT_EXCLUDE_REASONS = {

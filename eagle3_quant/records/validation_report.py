@@ -1,14 +1,33 @@
-"""Read OUT/validation.json defensively: the one place that decides whether a draft may be published.
+"""`validation.json`: the one owner of its name, version and layout; writing it, and reading it defensively
+(the one place that decides whether a draft may be published).
 
-Contract (report_version 1, written by `eagle3-quant validate`)::
+Layout (``report_version`` 1), written by `eagle3-quant validate`::
 
-    {"report_version": 1, "passed": bool,
-     "checks": [{"name": str, "status": "passed"|"failed"|"skipped", "detail": str, ...}],
-     "metrics": {"acceptance_length_bf16": float, "acceptance_length_fp8": float, "acceptance_ratio": float,
-                 "top1_agreement": float, "kl": float, ...},          # keys may be missing (data-free run)
-     "kernel": {"status": str, "device": str, "backend": str, "kernels": [...]},
-     "calibration": {"target": str, ...} | null, ...}
+    {
+      "report_version": 1,
+      "passed": bool,                        # no check failed (skipped checks do not fail a report)
+      "created_at": "2025-01-01T00:00:00+00:00",
+      "artifact": "/path/OUT",               # the FP8 draft validated
+      "reference": "/path/SRC" | null,       # the BF16 draft it was compared with
+      "calibration": {"path", "samples", "tokens", "target"} | null,
+      "gates": {"min_top1_agreement": 0.95, "min_acceptance_ratio": 0.99, "min_weight_sqnr_db": 25.0},
+      "checks": [{"name", "status": "passed" | "failed" | "skipped", "detail", ...}],
+      "metrics": {
+        "acceptance_length_bf16", "acceptance_length_fp8",   # 1 + mean accepted, greedy chains of k steps
+        "acceptance_ratio",                                  # fp8 / bf16 on the same chain starts
+        "acceptance_ratio_interval", "acceptance_ratio_confidence", "acceptance_ratio_method",
+        "per_position_acceptance_bf16", "per_position_acceptance_fp8",   # vLLM's per-position rates
+        "k", "drafts",                                       # steps per chain, chains evaluated
+        "top1_agreement", "kl",                              # step-0 logits, every calibration position
+        "positions", "min_weight_sqnr_db"
+      },
+      "layers": [{"module", "role", "shape", "sqnr_db"}],    # per quantized linear (needs the reference)
+      "kernel": {"status", "device", "platform", "backend", "kernels": [...], ...},   # see kernel_check.py
+      "versions": {"eagle3-quant", "torch", ...}
+    }
 
+A measurement that was not made is absent or null, never estimated; the check that needed it says
+``skipped`` and why. Status ``skipped`` never counts as ``passed``.
 Anything unexpected is read as "not measured", never guessed.
 """
 
@@ -65,6 +84,14 @@ def _checks(raw: Any) -> tuple[CheckLine, ...]:
         return ()
     return tuple(CheckLine(str(c.get("name", "?")), str(c.get("status", "?")), str(c.get("detail", "")))
                  for c in raw if isinstance(c, dict))
+
+
+def write_report(path: Path, data: dict[str, Any]) -> Path:
+    """Atomic (temp file, then rename) and strict JSON: a non-finite number is a bug, not a value."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, allow_nan=False) + "\n")
+    tmp.replace(path)
+    return path
 
 
 def read_validation(out: str | Path) -> ValidationSummary:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eagle3_quant.errors import CheckpointFileError, DraftFormatError, UnsupportedSourceError
-from eagle3_quant.safetensors_header import SafetensorsHeader, TensorInfo, read_header
+from eagle3_quant.reading.safetensors_header import SafetensorsHeader, TensorInfo, read_header
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth")
 

@@ -7,15 +7,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from eagle3_quant.export.manifest import MANIFEST_NAME
-from eagle3_quant.quantize.plan import QuantPlan
 from safetensors import safe_open
 
-from eagle3_quant.checkpoint import read_checkpoint
-from eagle3_quant.draft import DraftCheckpoint
 from eagle3_quant.errors import QuantizationError
-from eagle3_quant.hashing import ByteRange, FileDigest, RangeVisitor, digest_folder, read_full
-from eagle3_quant.safetensors_header import TensorInfo, read_header
+from eagle3_quant.plan import QuantPlan
+from eagle3_quant.reading.checkpoint import read_checkpoint
+from eagle3_quant.reading.draft import DraftCheckpoint
+from eagle3_quant.reading.safetensors_header import TensorInfo, read_header
+from eagle3_quant.records.manifest import MANIFEST_NAME
+from eagle3_quant.util.hashing import ByteRange, FileDigest, RangeVisitor, digest_folder, read_full
 
 READ_THREADS = 2
 PIECE = 4 * 1024 * 1024      # per thread: one piece of OUT and the same piece of the source in memory

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from eagle3_quant.vllm_names import CHECK_DEPTHS, RuntimeLayer, runtime_layers
+from eagle3_quant.engines.vllm_names import CHECK_DEPTHS, RuntimeLayer, runtime_layers
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,1 @@
+"""The artifact's records: the manifest (`eagle3_quant.json`) and the validation report (`validation.json`)."""

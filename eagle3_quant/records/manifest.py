@@ -1,0 +1,192 @@
+"""`eagle3_quant.json`: what was made, from what, with which tools, and the hash of every file.
+
+The one owner of the manifest: its schema (frozen dataclasses), writing, reading with field-by-field checks,
+and "the outputs still match". Every reader (validate, the card, push, the pipeline) goes through `Manifest`.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict, dataclass, field, replace
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from eagle3_quant.errors import ManifestError
+from eagle3_quant.util.hashing import FileDigest, digest_folder, sha256_file
+
+MANIFEST_NAME = "eagle3_quant.json"
+MANIFEST_VERSION = 1
+LIBRARIES = ("eagle3-quant", "amd-quark", "torch", "transformers", "safetensors", "huggingface_hub")
+
+
+def library_versions() -> dict[str, str]:
+    versions = {"python": sys.version.split()[0]}
+    for name in LIBRARIES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = "not installed"
+    return versions
+
+
+@dataclass(frozen=True)
+class SourceRecord:
+    path: str
+    format: str
+    architecture: str | None = None
+    repo_id: str | None = None
+    revision: str | None = None
+    commit: str | None = None
+    pickle_converted: bool = False
+    card: dict[str, Any] | None = None       # license / base_model read from the source's own card
+
+
+@dataclass(frozen=True)
+class SchemeRecord:
+    name: str
+    weight: str
+    input: str
+
+
+@dataclass(frozen=True)
+class ExcludeRecord:
+    modules: list[str]
+    vllm_patterns: list[str]
+    reasons: dict[str, str]
+
+
+@dataclass(frozen=True)
+class LayerRecord:
+    role: str
+    module: str
+    shape: list[int]          # [out_features, in_features]
+    quantized: bool
+    reason: str
+
+
+@dataclass(frozen=True)
+class Manifest:
+    source: SourceRecord
+    scheme: SchemeRecord
+    exclude: ExcludeRecord
+    layers: list[LayerRecord]
+    inputs: list[FileDigest]
+    outputs: list[FileDigest]
+    device: str = "cpu"
+    calibration: dict[str, Any] | None = None     # static scales: the set, samples, tokens, every input scale
+    sensitivity: dict[str, Any] | None = None     # --auto-exclude: threshold and the measured table
+    manifest_version: int = MANIFEST_VERSION
+    created_at: str = ""
+    command: list[str] = field(default_factory=list)
+    versions: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        for optional in ("calibration", "sensitivity"):
+            if data[optional] is None:
+                del data[optional]
+        order = ("manifest_version", "created_at", "command", "versions", "source", "scheme", "exclude", "layers",
+                 "device", "calibration", "sensitivity", "inputs", "outputs")
+        return {key: data[key] for key in order if key in data}
+
+    @classmethod
+    def from_dict(cls, data: Any, path: Path | None = None) -> Manifest:
+        """Check every field's shape; a wrong one is a `ManifestError` naming it."""
+        if not isinstance(data, dict):
+            raise ManifestError("is not a JSON object", path=path)
+        if data.get("manifest_version") != MANIFEST_VERSION:
+            raise ManifestError(f"unknown version {data.get('manifest_version')!r} (this tool reads "
+                                f"{MANIFEST_VERSION})", path=path, field="manifest_version")
+        try:
+            return cls(
+                source=_record(SourceRecord, data, "source", path),
+                scheme=_record(SchemeRecord, data, "scheme", path),
+                exclude=_record(ExcludeRecord, data, "exclude", path),
+                layers=[_record(LayerRecord, {"layers": x}, "layers", path) for x in _list(data, "layers", path)],
+                inputs=[_digest(x, "inputs", path) for x in _list(data, "inputs", path)],
+                outputs=[_digest(x, "outputs", path) for x in _list(data, "outputs", path)],
+                device=str(data.get("device", "cpu")),
+                calibration=data.get("calibration") if isinstance(data.get("calibration"), dict) else None,
+                sensitivity=data.get("sensitivity") if isinstance(data.get("sensitivity"), dict) else None,
+                created_at=str(data.get("created_at", "")),
+                command=[str(c) for c in data.get("command") or []],
+                versions={str(k): str(v) for k, v in (data.get("versions") or {}).items()},
+            )
+        except (TypeError, AttributeError) as exc:
+            raise ManifestError(f"malformed ({exc})", path=path) from None
+
+    @classmethod
+    def read(cls, folder: Path) -> Manifest:
+        """The manifest of an output folder; a missing or malformed one is a `ManifestError`."""
+        path = Path(folder) / MANIFEST_NAME
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ManifestError(f"no {MANIFEST_NAME}: not an eagle3-quant output folder", path=folder,
+                                hint="make it with `eagle3-quant quantize SRC OUT`") from None
+        except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+            raise ManifestError(f"unreadable ({exc})", path=path) from None
+        return cls.from_dict(data, path)
+
+    def write(self, folder: Path) -> Path:
+        path = Path(folder) / MANIFEST_NAME
+        path.write_text(json.dumps(self.to_dict(), indent=2, allow_nan=False) + "\n")
+        return path
+
+    def output_problems(self, folder: Path, skip: frozenset[str] = frozenset()) -> list[str]:
+        """Every listed output (but `skip`) still present with its recorded size and sha256; else one line each."""
+        problems = []
+        for entry in (e for e in self.outputs if e.path not in skip):
+            file = Path(folder) / entry.path
+            if not file.is_file():
+                problems.append(f"{entry.path} is missing")
+            elif file.stat().st_size != entry.size or sha256_file(file) != entry.sha256:
+                problems.append(f"{entry.path} changed after export (sha256 differs from the manifest)")
+        return problems
+
+    @property
+    def source_name(self) -> str:
+        return self.source.repo_id or self.source.path
+
+
+def _list(data: dict, key: str, path: Path | None) -> list:
+    value = data.get(key)
+    if not isinstance(value, list):
+        raise ManifestError("missing or not a list", path=path, field=key)
+    return value
+
+
+def _record(cls: type, data: dict, key: str, path: Path | None):
+    value = data.get(key)
+    if not isinstance(value, dict):
+        raise ManifestError("missing or not an object", path=path, field=key)
+    names = cls.__dataclass_fields__
+    try:
+        return cls(**{k: v for k, v in value.items() if k in names})
+    except TypeError as exc:
+        raise ManifestError(f"incomplete ({exc})", path=path, field=key) from None
+
+
+def _digest(value: Any, key: str, path: Path | None) -> FileDigest:
+    if not (isinstance(value, dict) and isinstance(value.get("path"), str) and isinstance(value.get("size"), int)
+            and isinstance(value.get("sha256"), str)):
+        raise ManifestError("an entry is not {path, size, sha256}", path=path, field=key)
+    return FileDigest(value["path"], value["size"], value["sha256"])
+
+
+def write_manifest(out: Path, body: Manifest, outputs: list[FileDigest] | None = None) -> Manifest:
+    """Write the manifest last, with every output file's digest (the manifest itself excepted) and provenance.
+
+    `outputs` are digests already taken after the last write (by the export check); else OUT is hashed here.
+    """
+    if outputs is None:
+        outputs = digest_folder(out, skip=frozenset({MANIFEST_NAME}))
+    manifest = replace(body, outputs=list(outputs), manifest_version=MANIFEST_VERSION,
+                       created_at=datetime.now(UTC).isoformat(timespec="seconds"),
+                       command=sys.argv[:1] and [Path(sys.argv[0]).name, *sys.argv[1:]],
+                       versions=library_versions())
+    manifest.write(out)
+    return manifest

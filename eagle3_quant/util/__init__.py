@@ -1,0 +1,1 @@
+"""Filesystem and process helpers: hashing, atomic output folders, resource checks, interrupts, timers."""

@@ -1,0 +1,62 @@
+"""`QuantizeOptions`: everything `quantize_draft` takes besides SRC and OUT, with defaults and help."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from eagle3_quant.errors import SchemeError
+from eagle3_quant.options import DEVICE_HELP, check_device, check_fraction, check_positive, option
+from eagle3_quant.schemes import DEFAULT_SCHEME, get_scheme
+
+
+@dataclass(frozen=True)
+class QuantizeOptions:
+    scheme: str = option(DEFAULT_SCHEME, "Quantization scheme.", pipeline=False)
+    exclude: tuple[str, ...] = option((), "Keep this linear BF16 too: a role (o_proj), a fused name (qkv_proj, "
+                                          "gate_up_proj), attention, mlp, or a module name. Repeatable.")
+    quantize_fc: bool = option(False, "Quantize fc too (vLLM loads it; SGLang cannot).")
+    device: str | None = option(None, DEVICE_HELP)
+    calib: Path | None = option(None, "Calibration set (static schemes, --auto-exclude).", pipeline=False)
+    auto_exclude: float | None = option(
+        None, "Keep BF16 every layer group whose quantization alone changes the draft's top-1 token on more than "
+              "this fraction of calibration positions (needs --calib; see `sensitivity`).")
+    force: bool = option(False, "Replace OUT if it exists.", pipeline=False)
+    revision: str | None = option(None, "Hub revision of SRC.", pipeline=False)
+    allow_pickle: bool = option(False, "Accept a draft with only pickle (.bin/.pt) weights: loaded with "
+                                       "torch.load(weights_only=True), converted to safetensors; the source is "
+                                       "only read.")
+    verbose: bool = option(False, "Show the libraries' own log (Quark).", pipeline=False)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.exclude, str) or self.exclude is None:
+            object.__setattr__(self, "exclude", (self.exclude,) if self.exclude else ())
+        object.__setattr__(self, "exclude", tuple(self.exclude))
+        if self.calib is not None:
+            object.__setattr__(self, "calib", Path(self.calib))
+        chosen = get_scheme(self.scheme)
+        check_device(self.device)
+        check_fraction(self.auto_exclude, "auto_exclude")
+        if chosen.needs_calibration and self.calib is None:
+            raise SchemeError(f"scheme {chosen.name!r} has static input scales and needs calibration data "
+                              "(--calib CAL, made by `eagle3-quant calibrate`)", field="calib")
+        if self.auto_exclude is not None and self.calib is None:
+            raise SchemeError("--auto-exclude measures layer sensitivity on calibration data: give --calib CAL",
+                              field="calib")
+
+
+@dataclass(frozen=True)
+class SensitivityOptions:
+    scheme: str = option(DEFAULT_SCHEME, "Scheme whose quantized math is simulated.")
+    groups: tuple[str, ...] | None = option(
+        None, "Measure only this layer group (fc, qkv_proj, o_proj, gate_up_proj, down_proj, lm_head). Repeatable.")
+    max_samples: int | None = option(None, "Use at most this many calibration samples.")
+    device: str | None = option(None, DEVICE_HELP)
+    revision: str | None = option(None, "Hub revision of SRC.")
+
+    def __post_init__(self) -> None:
+        get_scheme(self.scheme)
+        check_device(self.device)
+        check_positive(self.max_samples, "max_samples")
+        if self.groups is not None:
+            object.__setattr__(self, "groups", tuple(self.groups))

@@ -1,0 +1,93 @@
+"""The package's layers run one way: core <- calib <- quantize <- validate <- export <- CLI / pipeline.
+
+Builds the import graph of the installed package from its source (every `import`, lazy ones inside functions
+included, and `from eagle3_quant import NAME` resolved through the lazy public table) and fails on an import
+that runs upward. Modules of one group may import each other.
+"""
+
+from __future__ import annotations
+
+import ast
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+RANKS = {"core": 0, "calib": 1, "quantize": 2, "validate": 3, "export": 4, "top": 5}
+TOP = ("eagle3_quant.cli", "eagle3_quant.pipeline", "eagle3_quant.pipeline_spec")
+
+
+def group(module: str) -> str:
+    parts = module.split(".")
+    if len(parts) > 1 and parts[1] in ("calib", "quantize", "validate", "export"):
+        return parts[1]
+    if module.startswith(TOP):
+        return "top"
+    return "core"
+
+
+def modules() -> dict[str, Path]:
+    mapping = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+    found = {}
+    for package, folder in mapping.items():
+        for path in (ROOT / folder).rglob("*.py"):
+            parts = path.relative_to(ROOT / folder).with_suffix("").parts
+            found[".".join([package, *(p for p in parts if p != "__init__")])] = path
+    return found
+
+
+def lazy_table() -> dict[str, str]:
+    tree = ast.parse((ROOT / "eagle3_quant" / "__init__.py").read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "_LAZY":
+            return ast.literal_eval(node.value)
+    raise AssertionError("eagle3_quant/__init__.py has no _LAZY table")
+
+
+def imports(path: Path, lazy: dict[str, str]) -> list[tuple[int, str]]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names if a.name.startswith("eagle3_quant")]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("eagle3_quant"):
+            if node.module == "eagle3_quant":
+                found += [(node.lineno, lazy.get(a.name, f"eagle3_quant.{a.name}")) for a in node.names]
+            else:
+                found += [(node.lineno, node.module)]
+    return found
+
+
+def upward_imports(mods: dict[str, Path], lazy: dict[str, str]) -> list[str]:
+    bad = []
+    for name, path in sorted(mods.items()):
+        if name == "eagle3_quant":
+            continue       # the lazy public table: strings, resolved on first use
+        for line, target in imports(path, lazy):
+            if RANKS[group(target)] > RANKS[group(name)]:
+                bad.append(f"{path.name}:{line}: {group(name)} imports {group(target)} ({target})")
+    return bad
+
+
+def test_no_import_runs_upward():
+    assert upward_imports(modules(), lazy_table()) == []
+
+
+def test_the_graph_sees_every_group_and_lazy_imports():
+    mods, lazy = modules(), lazy_table()
+    assert {group(m) for m in mods} == set(RANKS)
+    assert {"eagle3_quant.cli.app", "eagle3_quant.runtime.model", "eagle3_quant.reading.draft"} <= set(mods)
+    # a lazy import inside a function counts: quantize_draft's auto-exclude imports sensitivity in a function
+    assert (any(t == "eagle3_quant.quantize.sensitivity" for _, t in imports(mods["eagle3_quant.quantize.api"], lazy)))
+
+
+@pytest.mark.parametrize("source, problem", [
+    ("def f():\n    from eagle3_quant.validate.api import validate_draft\n", "quantize imports validate"),
+    ("from eagle3_quant import push_draft\n", "quantize imports export"),
+    ("import eagle3_quant.cli.render\n", "quantize imports top"),
+])
+def test_the_check_catches_an_upward_import(tmp_path, source, problem):
+    probe = tmp_path / "probe.py"
+    probe.write_text(source)
+    bad = upward_imports({"eagle3_quant.quantize.probe": probe}, lazy_table())
+    assert any(problem in line for line in bad), bad

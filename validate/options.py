@@ -1,0 +1,47 @@
+"""`ValidateOptions`: everything `validate_draft` takes besides OUT, with defaults and help."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from eagle3_quant.validate.report import DEFAULT_K, Gates
+
+from eagle3_quant.errors import OptionsError
+from eagle3_quant.options import DEVICE_HELP, check_device, check_positive, option
+
+
+@dataclass(frozen=True)
+class ValidateOptions:
+    reference: Path | None = option(None, "BF16 source draft (default: the manifest's source folder, if it still "
+                                          "exists).", pipeline=False)
+    calib: Path | None = option(None, "Calibration set for the data checks (eagle3-quant calibrate).", pipeline=False)
+    report: Path | None = option(None, "Write the JSON report here (default OUT/validation.json).", pipeline=False)
+    target: str | None = option(None, "Target folder or Hub id for the token embedding (default: the calibration "
+                                      "set's target).", pipeline=False)
+    gates: Gates = option(help="Thresholds that fail the validation.", factory=Gates)
+    k: int = option(DEFAULT_K, "Draft tokens per speculative step.")
+    device: str | None = option(None, DEVICE_HELP)
+    kernel: bool = option(True, "Run the FP8 kernel-path check.")
+    max_samples: int | None = option(None, "Use at most this many calibration samples.")
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "gates", Gates.from_value(self.gates))
+        for name, value in self.gates.to_dict().items():
+            if not math.isfinite(value):
+                raise OptionsError(f"gate {value!r} is not a finite number", field=name)
+        for name in ("reference", "calib", "report"):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, Path(value).expanduser())
+        check_positive(self.k, "k")
+        check_positive(self.max_samples, "max_samples")
+        check_device(self.device)
+
+    @classmethod
+    def gate_fields(cls) -> Mapping[str, str]:
+        return {"min_top1_agreement": "Gate: step-0 top-1 agreement FP8 vs BF16.",
+                "min_acceptance_ratio": "Gate: acceptance length FP8 / BF16.",
+                "min_weight_sqnr_db": "Gate: lowest per-layer weight SQNR in dB."}
