@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from eagle3_quant.calib.format import INDEX_NAME
 from eagle3_quant.errors import Eagle3QuantError
 from eagle3_quant.pipeline_spec import (
     PipelineSpec,
@@ -21,7 +22,7 @@ from eagle3_quant.pipeline_spec import (
     validate_options,
 )
 from eagle3_quant.reading.source import REPO_ID
-from eagle3_quant.records.manifest import Manifest
+from eagle3_quant.records.manifest import MANIFEST_NAME, Manifest
 
 STAGES = ("calibrate", "quantize", "validate", "push")
 
@@ -63,7 +64,7 @@ def run_calibrate(spec: PipelineSpec) -> str:
         raise _Skip("skipped", "no calibrate.data: the validation runs its data-free checks only")
     from eagle3_quant.calib.format import load_calibration
 
-    if (spec.calib / "calib.json").is_file():
+    if (spec.calib / INDEX_NAME).is_file():
         existing = load_calibration(spec.calib)
         if existing.num_samples >= c.num_samples and existing.info.target == spec.target:
             raise _Skip("skipped", f"present: {existing.num_samples} samples, {existing.num_tokens} tokens")
@@ -107,7 +108,7 @@ def run_quantize(spec: PipelineSpec) -> str:
     from eagle3_quant.quantize.api import quantize_draft
 
     replace_why = None
-    if (spec.out / "eagle3_quant.json").is_file():
+    if (spec.out / MANIFEST_NAME).is_file():
         replace_why = _existing_output_problem(spec)
         if replace_why is None:
             raise _Skip("skipped", f"present: {spec.out} matches its manifest and this pipeline")
@@ -122,14 +123,14 @@ def run_validate(spec: PipelineSpec) -> str:
     if not spec.validate.enabled:
         raise _Skip("disabled", "validate.enabled is false")
     report = read_validation(spec.out)
-    manifest_time = (spec.out / "eagle3_quant.json").stat().st_mtime
+    manifest_time = (spec.out / MANIFEST_NAME).stat().st_mtime
     if report.state in ("passed", "failed") and report.path.stat().st_mtime >= manifest_time:
         if report.state == "failed":
             raise _Skip("failed", f"present and failed: {report.problem}")
         raise _Skip("skipped", "present: passed")
     from eagle3_quant.validate.api import validate_draft
 
-    calib = spec.calib if (spec.calib / "calib.json").is_file() else None
+    calib = spec.calib if (spec.calib / INDEX_NAME).is_file() else None
     # a Hub source: validate_draft finds the downloaded BF16 folder through the manifest itself
     reference = None if _is_hub_id(spec.source) else spec.source
     validate_draft(spec.out, validate_options(spec, reference=reference, calib=calib))

@@ -6,10 +6,12 @@ import shutil
 from pathlib import Path
 
 from eagle3_quant.reading.checkpoint import PICKLE_SUFFIXES
+from eagle3_quant.records.manifest import MANIFEST_NAME
+from eagle3_quant.records.validation_report import REPORT_NAME
 
 # Written by us or by Quark; never copied from the source. The source's README.md is its own model card (it
 # describes the BF16 model): `eagle3-quant push`/`card` write ours, and its license is kept in the manifest.
-OWN_FILES = frozenset({"config.json", "eagle3_quant.json", "validation.json", "README.md"})
+OWN_FILES = frozenset({"config.json", MANIFEST_NAME, REPORT_NAME, "README.md"})
 
 
 def copy_side_files(src: Path, out: Path) -> list[str]:

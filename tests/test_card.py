@@ -125,7 +125,7 @@ def test_quantize_records_the_source_license(make_draft, tmp_path):
     src = make_draft()
     (src / "README.md").write_text("---\nlicense: mit\n---\n# BF16 draft card\n")
     result = quantize_draft(src, tmp_path / "out", device="cpu")
-    assert result.manifest.data["source"]["card"] == {"license": "mit"}
+    assert result.manifest.source.card == {"license": "mit"}
     assert not (tmp_path / "out" / "README.md").exists()  # the BF16 card is not carried over
     write_report(tmp_path / "out", PASSED_REPORT)
     assert make_card(tmp_path / "out", write=False).metadata["license"] == "mit"

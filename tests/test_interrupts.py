@@ -86,7 +86,7 @@ def test_signals_during_quantize_leave_no_partial_out_and_rerun_completes(tmp_pa
         out = quantize_draft(src, tmp_path / name / "out", device="cpu").output
         assert sorted(p.name for p in (tmp_path / name).iterdir()) == ["out"]
         for entry in Manifest.read(out).outputs:
-            assert sha256_file(out / entry["path"]) == entry["sha256"]
+            assert sha256_file(out / entry.path) == entry.sha256
     assert tree_state(src) == source_before
 
 

@@ -80,6 +80,6 @@ def test_a_pickle_only_hub_draft_is_fetched_and_converted_only_with_opt_in(hub_c
     with pytest.raises(DraftFormatError, match="no \\*.safetensors weights found"):
         quantize_draft("alice/pickle-draft", tmp_path / "out", device="cpu")
     result = quantize_draft("alice/pickle-draft", tmp_path / "out", device="cpu", allow_pickle=True)
-    assert result.manifest.data["source"]["repo_id"] == "alice/pickle-draft"
-    assert result.manifest.data["source"]["pickle_converted"] is True
+    assert result.manifest.source.repo_id == "alice/pickle-draft"
+    assert result.manifest.source.pickle_converted is True
     assert (tmp_path / "out").is_dir() and not [p for p in tmp_path.iterdir() if p.name.startswith(".")]

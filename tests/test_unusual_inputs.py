@@ -86,9 +86,9 @@ def test_pickle_weights_with_opt_in_give_the_same_artifact(tmp_path, shards):
     for name, tensor in expected.items():
         assert out[name].dtype == tensor.dtype and torch.equal(out[name].view(torch.uint8),
                                                                tensor.view(torch.uint8)), name
-    assert result.manifest.data["source"]["pickle_converted"] is True
-    assert result.manifest.data["source"]["path"] == str(src.resolve())
-    assert {i["path"] for i in result.manifest.data["inputs"]} >= {p.name for p in src.glob("*.bin")}
+    assert result.manifest.source.pickle_converted is True
+    assert result.manifest.source.path == str(src.resolve())
+    assert {i.path for i in result.manifest.inputs} >= {p.name for p in src.glob("*.bin")}
     assert not list(result.output.glob("*.bin"))
 
 

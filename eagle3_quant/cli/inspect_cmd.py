@@ -6,17 +6,20 @@ from typing import Annotated
 import typer
 
 from eagle3_quant.cli.app import app
-from eagle3_quant.schemes import DEFAULT_SCHEME
+from eagle3_quant.options import default_of as default
+from eagle3_quant.options import help_of
+from eagle3_quant.quantize.options import QuantizeOptions as Q
 
 
 @app.command("inspect")
 def inspect_command(
     src: Annotated[str, typer.Argument(help="Draft folder or Hub repo id (ORG/NAME).")],
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
-    scheme: Annotated[str, typer.Option(help="Scheme whose plan to show.")] = DEFAULT_SCHEME,
-    exclude: Annotated[list[str] | None, typer.Option(help="Extra linears to keep BF16.")] = None,
-    quantize_fc: Annotated[bool, typer.Option("--quantize-fc", help="Plan fc as FP8.")] = False,
-    revision: Annotated[str | None, typer.Option(help="Hub revision.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON on stdout instead of tables.")] = False,
+    scheme: Annotated[str, typer.Option(help="Scheme whose plan to show.")] = default(Q, "scheme"),
+    exclude: Annotated[list[str] | None, typer.Option(help=help_of(Q, "exclude"))] = None,
+    quantize_fc: Annotated[bool, typer.Option("--quantize-fc", help=help_of(Q, "quantize_fc"))]
+    = default(Q, "quantize_fc"),
+    revision: Annotated[str | None, typer.Option(help=help_of(Q, "revision"))] = default(Q, "revision"),
 ) -> None:
     """Describe a draft from its headers: format, sizes, vocabularies, parameters, the plan. Instant."""
     from eagle3_quant.inspection import inspect_draft
