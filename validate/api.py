@@ -12,6 +12,8 @@ from eagle3_quant.calib.taps import resolve_taps
 from eagle3_quant.validate.kernel_check import kernel_checks, run_kernel_check
 from eagle3_quant.validate.report import DEFAULT_K, REPORT_NAME, Check, Gates, ValidationReport, failed, gate, skipped
 from eagle3_quant.validate.structure import Fp8Artifact, read_artifact, read_reference, structure_checks
+from eagle3_quant.validate.vllm_load import CHECK_NAME as VLLM_CHECK
+from eagle3_quant.validate.vllm_load import VllmLoadOptions, check_vllm_load
 
 from eagle3_quant.draft import DraftCheckpoint
 from eagle3_quant.errors import DraftFormatError, Eagle3QuantError
@@ -96,16 +98,25 @@ def _sqnr(art: Fp8Artifact, reference: DraftCheckpoint | None, gates: Gates) -> 
                 f"lowest weight SQNR in dB ({worst['module']})"), layers
 
 
+def _vllm_load(out: Path, calib: CalibrationSet | None, unreadable: bool, enabled: bool) -> Check:
+    if not enabled:
+        return skipped(VLLM_CHECK, "vLLM check turned off (--no-vllm)")
+    if unreadable:
+        return skipped(VLLM_CHECK, "the FP8 weights or scales are malformed (fp8_weights)")
+    return check_vllm_load(out, VllmLoadOptions(calib=calib.path if calib is not None else None))
+
+
 def validate_draft(out: str | Path, reference: str | Path | None = None, calib: str | Path | None = None,
                    report: str | Path | None = None, gates: Gates | Mapping[str, float] | None = None, *,
                    k: int = DEFAULT_K, target: str | Path | None = None, device: str | None = None, kernel: bool = True,
-                   max_samples: int | None = None) -> ValidationReport:
+                   max_samples: int | None = None, vllm: bool = True) -> ValidationReport:
     """Validate the FP8 draft OUT; write the JSON report (default OUT/validation.json) and return it.
 
     `reference`: the BF16 draft (default: the manifest's source folder if it still exists). `calib`: a
     calibration set (``eagle3-quant calibrate``) for the data checks. `target`: where to take the token
     embedding from when the draft has none (default: the calibration set's target). `k`: draft steps per chain.
-    `gates`: a Gates or a mapping of its fields.
+    `gates`: a Gates or a mapping of its fields. `vllm`: run the ``vllm_load`` check (vLLM's own loader and
+    forward, in a subprocess; ``skipped`` when vLLM is not installed).
     Bad inputs raise an Eagle3QuantError; a draft that fails a check returns a report with ``passed`` False.
     """
     gates = Gates.from_value(gates)
@@ -134,6 +145,7 @@ def validate_draft(out: str | Path, reference: str | Path | None = None, calib: 
             "kernel check turned off (--no-kernel)"
         kernel_result = {"status": "skipped", "reason": reason}
         checks.append(skipped("kernel_path", reason))
+    checks.append(_vllm_load(out, cal, unreadable, vllm))
     calibration = None if cal is None else {"path": str(cal.path.resolve()), "samples": cal.num_samples,
                                             "tokens": cal.num_tokens, "target": cal.info.target}
     result = ValidationReport(out, ref.path if ref is not None else None, calibration, gates, tuple(checks),

@@ -46,23 +46,31 @@ def vllm_missing_reason() -> str | None:
 
 def run_vllm_load(artifact: str | Path, options: VllmLoadOptions | None = None) -> dict:
     """The worker's JSON result: {"ok": bool, ...} (see vllm_worker.py); {"ok": False, "error"} when it died."""
+    return run_vllm_load_many([artifact], options)[0]
+
+
+def run_vllm_load_many(artifacts: list[str | Path], options: VllmLoadOptions | None = None) -> list[dict]:
+    """One worker process for several artifacts (vLLM is imported once); one result per artifact, in order."""
     options = options or VllmLoadOptions()
-    request = {"artifact": str(Path(artifact).resolve()), "calib": str(options.calib) if options.calib else None,
+    paths = [str(Path(a).resolve()) for a in artifacts]
+    request = {"artifacts": paths, "calib": str(options.calib) if options.calib else None,
                "positions": options.positions, "samples": options.samples, "seed": options.seed,
                "target_layers": options.target_layers}
     env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu", "VLLM_LOGGING_LEVEL": "ERROR", "TOKENIZERS_PARALLELISM": "false"}
     with tempfile.TemporaryDirectory(prefix="e3q-vllm-load-") as tmp:
         req, res = Path(tmp) / "request.json", Path(tmp) / "result.json"
         req.write_text(json.dumps(request))
+        error = None
         try:
             proc = subprocess.run([sys.executable, "-m", "eagle3_quant.validate.vllm_worker", str(req), str(res)],
-                                  env=env, cwd=tmp, capture_output=True, text=True, timeout=options.timeout_s)
-        except subprocess.TimeoutExpired:
-            return {"ok": False, "error": f"vLLM's loader did not finish within {options.timeout_s:.0f} s"}
-        if not res.is_file():
+                                  env=env, cwd=tmp, capture_output=True, text=True,
+                                  timeout=options.timeout_s * len(paths))
             tail = (proc.stderr or proc.stdout or "").strip().splitlines()[-3:]
-            return {"ok": False, "error": f"the vLLM worker exited with status {proc.returncode}: {' | '.join(tail)}"}
-        return json.loads(res.read_text())
+            error = f"the vLLM worker exited with status {proc.returncode}: {' | '.join(tail)}"
+        except subprocess.TimeoutExpired:
+            error = f"vLLM's loader did not finish within {options.timeout_s:.0f} s per artifact"
+        results = json.loads(res.read_text()) if res.is_file() else {}
+        return [results.get(p, {"ok": False, "error": error}) for p in paths]
 
 
 def linear_problems(result: dict) -> list[str]:

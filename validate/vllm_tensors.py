@@ -106,6 +106,8 @@ def runtime_linears(model) -> dict[str, dict]:
         if method is None or not hasattr(module, "weight") or "embed_tokens" in name:
             continue
         scheme = getattr(module, "scheme", None)
+        kernel = getattr(scheme, "fp8_linear", None)
         out[name] = {"prefix": getattr(module, "prefix", None), "quant_method": type(method).__name__,
-                     "scheme": type(scheme).__name__ if scheme is not None else None}
+                     "scheme": type(scheme).__name__ if scheme is not None else None,
+                     "kernel": type(kernel).__name__ if kernel is not None else None}
     return out

@@ -35,7 +35,8 @@ def _build(vllm_config, record: dict):
     from vllm.model_executor.model_loader import get_model
     from vllm.model_executor.model_loader.default_loader import DefaultModelLoader
 
-    original = DefaultModelLoader.load_weights
+    original = getattr(DefaultModelLoader, "_e3q_original_load_weights", DefaultModelLoader.load_weights)
+    DefaultModelLoader._e3q_original_load_weights = original
 
     def load_weights(self, model, model_config):
         model_load = model.load_weights
@@ -52,8 +53,9 @@ def _build(vllm_config, record: dict):
 
     DefaultModelLoader.load_weights = load_weights
     with set_current_vllm_config(vllm_config):
-        init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
-                                     distributed_init_method=f"tcp://127.0.0.1:{vllm_harness.free_port()}")
+        if not torch.distributed.is_initialized():
+            init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
+                                         distributed_init_method=f"tcp://127.0.0.1:{vllm_harness.free_port()}")
         ensure_model_parallel_initialized(1, 1)
         return get_model(vllm_config=vllm_config, model_config=vllm_config.speculative_config.draft_model_config)
 
@@ -100,14 +102,13 @@ def _compare_logits(model, ours, inputs, dtype: torch.dtype, d2t) -> dict:
             "max_abs_logit": max_logit, "relative_dlogit": rel, "vllm_logits_finite": finite}
 
 
-def run(request: dict) -> dict:
+def run(request: dict, artifact: Path) -> dict:
     started = time.perf_counter()
     vllm_harness.apply_cpu_patches()
     import vllm
 
     from eagle3_quant.runtime.loading import load_draft
 
-    artifact = Path(request["artifact"])
     cfg = json.loads((artifact / "config.json").read_text())
     dtype_name = str((cfg.get("transformer_layer_config") or cfg).get("torch_dtype") or cfg.get("torch_dtype")
                      or "bfloat16")
@@ -139,13 +140,20 @@ def run(request: dict) -> dict:
             "build_s": round(build_s, 2), "wall_s": round(time.perf_counter() - started, 2)}
 
 
-def main(argv: list[str]) -> int:
-    request = json.loads(Path(argv[0]).read_text())
+def run_one(request: dict, artifact: Path) -> dict:
     try:
-        result = {"ok": True, **run(request)}
+        return {"ok": True, **run(request, artifact)}
     except Exception as exc:  # noqa: BLE001 - reported to the parent as the check's failure reason
-        result = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
-    Path(argv[1]).write_text(json.dumps(result, indent=1))
+        return {"ok": False, "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
+
+
+def main(argv: list[str]) -> int:
+    """REQUEST.json holds "artifacts" (several share one vLLM import); RESULT.json maps each to its result."""
+    request = json.loads(Path(argv[0]).read_text())
+    results = {}
+    for artifact in request["artifacts"]:
+        results[artifact] = run_one(request, Path(artifact))
+        Path(argv[1]).write_text(json.dumps(results, indent=1))
     return 0
 
 

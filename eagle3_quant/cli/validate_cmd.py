@@ -32,6 +32,8 @@ def validate_command(
     = DEFAULT.min_weight_sqnr_db,
     device: Annotated[str | None, typer.Option(help="cpu, cuda, cuda:1 (default: first GPU, else CPU).")] = None,
     kernel: Annotated[bool, typer.Option("--kernel/--no-kernel", help="Run the FP8 kernel-path check.")] = True,
+    vllm: Annotated[bool, typer.Option("--vllm/--no-vllm", help="Run the vllm_load check: vLLM's own loader and "
+                                       "forward on this artifact (skipped when vLLM is not installed).")] = True,
     max_samples: Annotated[int | None, typer.Option(help="Use at most this many calibration samples.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the JSON report instead of tables.")] = False,
 ) -> None:
@@ -42,7 +44,7 @@ def validate_command(
     gates = Gates(min_top1_agreement=min_top1, min_acceptance_ratio=min_acceptance_ratio,
                   min_weight_sqnr_db=min_sqnr_db)
     result = validate_draft(out, reference, calib, report, gates, k=k, target=target, device=device, kernel=kernel,
-                            max_samples=max_samples)
+                            max_samples=max_samples, vllm=vllm)
     if as_json:
         typer.echo(json.dumps(json.loads(result.report_path.read_text()), indent=2))
     else:
