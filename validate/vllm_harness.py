@@ -5,7 +5,8 @@ Everything vLLM does is vLLM's code except :data:`ATTENTION_STAND_IN`: the paged
 (``Attention.forward``) needs vLLM's compiled ``_C``, a KV cache and a model runner, so it is replaced by a
 plain causal attention with fp32 scores. The FP8 activation-quantization ops of ``_C`` (``scaled_fp8_quant``,
 the fused SiLU-mul + static quant) get PyTorch equivalents of their kernels' math, and the packed CPU GEMM of
-``_C`` is turned off so vLLM takes its own ``torch.nn.functional.linear`` fallback.
+``_C`` is turned off so vLLM takes its own ``torch.nn.functional.linear`` fallback. FP8 linear kernels are
+chosen from the list vLLM uses on ROCm without AITER (torch ``_scaled_mm`` per-tensor / rowwise / channel-wise).
 """
 
 from __future__ import annotations
@@ -70,6 +71,19 @@ def _silu_and_mul_quant(result, x, scale):
     result.copy_((y * scale.to(torch.float32).reciprocal()).clamp(-top, top).to(result.dtype))
 
 
+def _rocm_fp8_kernels() -> None:
+    """Choose FP8 linear kernels as vLLM does on ROCm without AITER - per-tensor ``_scaled_mm``, rowwise
+    ``_scaled_mm`` (bf16 output only), else the channel-wise fallback - instead of the CPU platform's list."""
+    from vllm.model_executor.kernels import linear
+    from vllm.model_executor.kernels.linear.scaled_mm import pytorch
+    from vllm.platforms import PlatformEnum
+
+    pytorch.RowWiseTorchFP8ScaledMMLinearKernel.is_supported = classmethod(lambda cls, cc=None: (True, None))
+    linear._POSSIBLE_FP8_KERNELS[PlatformEnum.CPU] = [pytorch.PerTensorTorchFP8ScaledMMLinearKernel,
+                                                      pytorch.RowWiseTorchFP8ScaledMMLinearKernel,
+                                                      pytorch.ChannelWiseTorchFP8ScaledMMLinearKernel]
+
+
 def apply_cpu_patches() -> None:
     """Idempotent; call before building the model."""
     os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
@@ -83,6 +97,7 @@ def apply_cpu_patches() -> None:
     from vllm.model_executor.layers import utils as layer_utils
 
     torch.ops._C.silu_and_mul_quant = _silu_and_mul_quant
+    _rocm_fp8_kernels()
     layer_utils.check_cpu_sgl_kernel = lambda *args: False   # its packed GEMM is in _C: vLLM's torch fallback
 
 

@@ -75,6 +75,8 @@ class Fp8Linear(nn.Module):
         else:
             a, scale_a = fp8.quantize_static(x2, self.input_scale, self.weight.dtype)
         matmul = fp8.fp8_linear if self.mode == "scaled_mm" else fp8.dequantized_matmul
+        if self.mode == "scaled_mm" and _out_dtype(out_dtype) == torch.float16 and scale_a.numel() > 1:
+            matmul = fp8.channelwise_linear     # vLLM's kernel for fp16 output with per-token scales
         out = matmul(a, scale_a, self.weight, self.weight_scale, _out_dtype(out_dtype))
         if self.bias is not None:
             out = out + self.bias.to(out.dtype)
