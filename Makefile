@@ -10,7 +10,7 @@ STAMP := $(VENV)/.eagle3-quant-installed
 VLLM_STAMP := $(VENV)/.eagle3-quant-vllm-installed
 DEMO_DIR ?= demo-out
 
-.PHONY: setup setup-vllm test test-fast lint demo bench clean
+.PHONY: setup setup-vllm test test-fast lint demo bench bench-vllm clean
 
 setup: $(STAMP)
 
@@ -40,6 +40,9 @@ demo: setup
 
 bench: setup
 	$(BIN)/python -m bench
+
+bench-vllm: setup setup-vllm
+	$(BIN)/python -m bench.vllm_load
 
 clean:
 	rm -rf $(DEMO_DIR) .pytest_cache .ruff_cache
