@@ -6,9 +6,11 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 VENV_FLAGS ?=
 STAMP := $(VENV)/.eagle3-quant-installed
+# vLLM's own code for the vllm_load check: --no-deps over .venv (never replaces torch/transformers)
+VLLM_STAMP := $(VENV)/.eagle3-quant-vllm-installed
 DEMO_DIR ?= demo-out
 
-.PHONY: setup test test-fast lint demo bench clean
+.PHONY: setup setup-vllm test test-fast lint demo bench bench-vllm clean
 
 setup: $(STAMP)
 
@@ -18,7 +20,13 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e ".[dev]"
 	touch $(STAMP)
 
-test: setup
+setup-vllm: $(VLLM_STAMP)
+
+$(VLLM_STAMP): $(STAMP) requirements-vllm.txt
+	$(BIN)/pip install -q --no-deps -r requirements-vllm.txt
+	touch $(VLLM_STAMP)
+
+test: setup setup-vllm
 	$(BIN)/python -m pytest -q
 
 test-fast: setup
@@ -32,6 +40,9 @@ demo: setup
 
 bench: setup
 	$(BIN)/python -m bench
+
+bench-vllm: setup setup-vllm
+	$(BIN)/python -m bench.vllm_load
 
 clean:
 	rm -rf $(DEMO_DIR) .pytest_cache .ruff_cache

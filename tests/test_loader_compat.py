@@ -50,16 +50,52 @@ def test_quark_plain_exclude_list_is_flagged():
 def test_fc_pattern_does_not_touch_other_layers():
     pattern = exclude_pattern("fc")[3:]
     for layer in runtime_layers(61):
-        for shard in layer.shard_names():
-            assert bool(re.match(pattern, shard)) == (shard == "model.fc")
+        assert bool(re.match(pattern, layer.name)) == (layer.name == "model.fc")
 
 
-def test_disagreeing_shards_and_missing_export_reported():
-    config = quark_config([r"re:.*q_proj$"])
+def test_exclude_patterns_are_the_agreed_design():
+    assert exclude_pattern("fc") == r"re:(.*\.)?fc$"
+    assert exclude_pattern("lm_head") == r"re:(.*\.)?lm_head$"
+    assert exclude_pattern("o_proj") == r"re:(.*\.)?o_proj$"
+    assert exclude_pattern("q_proj") == r"re:(.*\.)?(q_proj|qkv_proj)$"
+    assert exclude_pattern("up_proj") == r"re:(.*\.)?(up_proj|gate_up_proj)$"
+
+
+# vLLM Llama, vLLM Qwen3 (no self_attn. before qkv_proj) and SGLang (no layers.N, no mlp.) runtime names
+ENGINE_NAMES = {"qkv_proj": ["model.layers.61.self_attn.qkv_proj", "model.layers.61.qkv_proj", "model.qkv_proj"],
+                "o_proj": ["model.layers.61.self_attn.o_proj", "model.self_attn.o_proj"],
+                "gate_up_proj": ["model.layers.61.mlp.gate_up_proj", "model.gate_up_proj"],
+                "down_proj": ["model.layers.61.mlp.down_proj", "model.down_proj"]}
+
+
+@pytest.mark.parametrize("role", ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+def test_role_pattern_matches_its_fused_layer_in_every_engine_and_nothing_else(role):
+    pattern = exclude_pattern(role)[3:]
+    fused = {"q_proj": "qkv_proj", "k_proj": "qkv_proj", "v_proj": "qkv_proj", "gate_proj": "gate_up_proj",
+             "up_proj": "gate_up_proj"}.get(role, role)
+    for name, runtime_names in ENGINE_NAMES.items():
+        for runtime_name in [*runtime_names, "model.fc", "lm_head"]:
+            assert bool(re.match(pattern, runtime_name)) == (name == fused and runtime_name in runtime_names)
+
+
+def test_per_shard_patterns_leave_the_fused_layer_fp8_and_are_flagged():
+    """vLLM 0.33's draft QuarkConfig has no packed-modules mapping: only the fused name counts."""
+    old = [r"re:(.*\.)?fc$", r"re:(.*\.)?lm_head$", *(rf"re:(.*\.)?self_attn\.{r}$" for r in ("q_proj", "k_proj",
+                                                                                              "v_proj"))]
+    kept = {**INTENDED, "q_proj": False, "k_proj": False, "v_proj": False}
+    check = check_loader_compat(quark_config(old), kept, depths=[32])
+    assert [p.split(":")[0] for p in check.problems] == ["model.layers.32.self_attn.qkv_proj"]
+    assert "would quantize" in check.problems[0]
+    new = [exclude_pattern(r) for r in ("fc", "lm_head", "q_proj", "k_proj", "v_proj")]
+    assert check_loader_compat(quark_config(new), kept, depths=[32]).ok
+
+
+def test_missing_export_reported():
+    config = quark_config([exclude_pattern("fc"), exclude_pattern("lm_head")])
     del config["export"]
-    check = check_loader_compat(config, depths=[32])
+    check = check_loader_compat(config, INTENDED, depths=[32])
     assert any("export" in p for p in check.config_problems)
-    assert any("disagree" in p for p in check.problems)
+    assert not check.ok
 
 
 def test_partial_fused_exclusion_refused_by_plan(make_draft):

@@ -12,6 +12,8 @@ from eagle3_quant.validate.kernel_check import kernel_checks, run_kernel_check
 from eagle3_quant.validate.options import ValidateOptions
 from eagle3_quant.validate.report import REPORT_NAME, Check, Gates, ValidationReport, failed, gate, skipped
 from eagle3_quant.validate.structure import Fp8Artifact, read_artifact, read_reference, structure_checks
+from eagle3_quant.validate.vllm_load import CHECK_NAME as VLLM_CHECK
+from eagle3_quant.validate.vllm_load import VllmLoadOptions, check_vllm_load
 
 from eagle3_quant.errors import DraftFormatError, Eagle3QuantError
 from eagle3_quant.options import build_options
@@ -97,18 +99,28 @@ def _sqnr(art: Fp8Artifact, reference: DraftCheckpoint | None, gates: Gates) -> 
                 f"lowest weight SQNR in dB ({worst['module']})"), layers
 
 
+def _vllm_load(out: Path, calib: CalibrationSet | None, unreadable: bool, enabled: bool) -> Check:
+    if not enabled:
+        return skipped(VLLM_CHECK, "vLLM check turned off (--no-vllm)")
+    if unreadable:
+        return skipped(VLLM_CHECK, "the FP8 weights or scales are malformed (fp8_weights)")
+    return check_vllm_load(out, VllmLoadOptions(calib=calib.path if calib is not None else None))
+
+
 def validate_draft(out: str | Path, options: ValidateOptions | None = None, **overrides) -> ValidationReport:
     """Validate the FP8 draft OUT; write the JSON report (default OUT/validation.json) and return it.
 
     `options` (a `ValidateOptions`; keywords override its fields): `reference`, the BF16 draft (default: the
     manifest's source folder if it still exists); `calib`, a calibration set (``eagle3-quant calibrate``) for the
     data checks; `target`, where to take the token embedding from when the draft has none (default: the
-    calibration set's target); `k`, draft steps per chain; `gates`, a Gates or a mapping of its fields.
+    calibration set's target); `k`, draft steps per chain; `gates`, a Gates or a mapping of its fields; `vllm`,
+    run the ``vllm_load`` check (vLLM's own loader and forward, in a subprocess; ``skipped`` without vLLM).
     Bad inputs raise an Eagle3QuantError; a draft that fails a check returns a report with ``passed`` False.
     """
     opts = build_options(ValidateOptions, options, overrides)
     reference, calib, report, gates = opts.reference, opts.calib, opts.report, opts.gates
     k, target, device, kernel, max_samples = opts.k, opts.target, opts.device, opts.kernel, opts.max_samples
+    vllm = opts.vllm
     out = Path(out).expanduser().resolve()
     art = read_artifact(out)
     ref = read_reference(reference, out)
@@ -132,6 +144,7 @@ def validate_draft(out: str | Path, options: ValidateOptions | None = None, **ov
             "kernel check turned off (--no-kernel)"
         kernel_result = {"status": "skipped", "reason": reason}
         checks.append(skipped("kernel_path", reason))
+    checks.append(_vllm_load(out, cal, unreadable, vllm))
     calibration = None if cal is None else {"path": str(cal.path.resolve()), "samples": cal.num_samples,
                                             "tokens": cal.num_tokens, "target": cal.info.target}
     result = ValidationReport(out, ref.path if ref is not None else None, calibration, gates, tuple(checks),

@@ -25,6 +25,8 @@ class ValidateOptions:
     k: int = option(DEFAULT_K, "Draft tokens per speculative step.")
     device: str | None = option(None, DEVICE_HELP)
     kernel: bool = option(True, "Run the FP8 kernel-path check.")
+    vllm: bool = option(True, "Run the vllm_load check: vLLM's own loader and forward on this artifact (skipped "
+                              "when vLLM is not installed).")
     max_samples: int | None = option(None, "Use at most this many calibration samples.")
 
     def __post_init__(self) -> None:

@@ -1,8 +1,10 @@
 """Replay vLLM's Quark loading rules offline: which runtime layer vLLM would quantize, and how.
 
 Mirrors vLLM 0.33: ``QuarkConfig.from_config`` (needs ``export`` with ``kv_cache_group`` and
-``pack_method``), ``should_ignore_layer`` (exact name, or ``re:`` + ``re.match``; fused layers are
-checked per shard and all shards must agree) and ``_is_fp8_w8a8`` (-> ``QuarkW8A8Fp8``).
+``pack_method``), ``should_ignore_layer`` (exact name, or ``re:`` + ``re.match``) and ``_is_fp8_w8a8``
+(-> ``QuarkW8A8Fp8``). A draft's QuarkConfig has an empty packed-modules mapping (``get_draft_quant_config``
+builds a fresh one), so a fused layer (``qkv_proj``, ``gate_up_proj``) is matched by its fused runtime name
+only: per-shard patterns (``q_proj``) leave it quantized.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ class LayerLoad:
     depth: int
     runtime_name: str
     roles: tuple[str, ...]
-    quantized: bool | None        # None: vLLM would refuse to load (shards disagree)
+    quantized: bool
     scheme: str | None
     intended: bool | None
     problem: str | None = None
@@ -55,9 +57,8 @@ def _matches(name: str, exclude: Iterable[str]) -> bool:
     return False
 
 
-def _ignored(layer: RuntimeLayer, exclude: list[str]) -> bool | None:
-    states = {_matches(shard, exclude) for shard in layer.shard_names()}
-    return states.pop() if len(states) == 1 else None
+def _ignored(layer: RuntimeLayer, exclude: list[str]) -> bool:
+    return _matches(layer.name, exclude)
 
 
 def vllm_scheme_name(global_config: Mapping[str, Any]) -> str | None:
@@ -101,13 +102,10 @@ def check_loader_compat(quant_config: Mapping[str, Any], intended: Mapping[str, 
     layers = []
     for depth in depths:
         for layer in runtime_layers(depth):
-            ignored = _ignored(layer, exclude)
+            quantized = not _ignored(layer, exclude)
             want = None if intended is None else intended[layer.roles[0]]
-            quantized = None if ignored is None else not ignored
             problem = None
-            if ignored is None:
-                problem = f"shards {', '.join(layer.roles)} disagree: vLLM refuses to load"
-            elif want is not None and quantized != want:
+            if want is not None and quantized != want:
                 problem = (f"vLLM would {'quantize' if quantized else 'leave BF16'} it, but it was "
                            f"{'quantized' if want else 'kept BF16'} in the checkpoint")
             elif quantized and scheme is None:

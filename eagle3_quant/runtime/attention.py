@@ -16,6 +16,11 @@ def repeat_kv(x: torch.Tensor, groups: int) -> torch.Tensor:
     return x if groups == 1 else x.repeat_interleave(groups, dim=1)
 
 
+def _scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """Scaled QK^T in fp32, as vLLM's attention kernels keep them before the softmax."""
+    return q.to(torch.float32) @ k.to(torch.float32).transpose(-1, -2) / math.sqrt(q.shape[-1])
+
+
 @dataclass
 class KVCache:
     """Keys (after RoPE) and values of the positions seen so far, [B, kv_heads, S, D]."""
@@ -46,10 +51,10 @@ class CausalContext:
             k, v = self.cache.extend(k, v)
         t, s = q.shape[2], k.shape[2]
         groups = q.shape[1] // k.shape[1]
-        scores = q @ repeat_kv(k, groups).transpose(-1, -2) / math.sqrt(q.shape[-1])
+        scores = _scores(q, repeat_kv(k, groups))
         allowed = torch.arange(s, device=q.device)[None, :] <= (past + torch.arange(t, device=q.device))[:, None]
         scores = scores.masked_fill(~allowed, float("-inf"))
-        probs = torch.softmax(scores.float(), dim=-1).to(q.dtype)
+        probs = torch.softmax(scores, dim=-1).to(q.dtype)
         return probs @ repeat_kv(v, groups)
 
 
@@ -72,12 +77,13 @@ class ChainContext:
         groups = q.shape[1] // k.shape[1]
         t = q.shape[2]
         scale = 1.0 / math.sqrt(q.shape[-1])
-        prefix = q @ repeat_kv(self.prefix_k, groups).transpose(-1, -2) * scale
+        prefix = _scores(q, repeat_kv(self.prefix_k, groups))
         causal = torch.ones(t, t, dtype=torch.bool, device=q.device).tril()
         prefix = prefix.masked_fill(~causal, float("-inf"))
         own_k = [repeat_kv(ck, groups) for ck in self.chain_k]
-        own = torch.stack([(q * ck).sum(-1) * scale for ck in own_k], dim=-1)      # [B, H, T, j]
-        probs = torch.softmax(torch.cat([prefix, own], dim=-1).float(), dim=-1).to(q.dtype)
+        q32 = q.to(torch.float32)
+        own = torch.stack([(q32 * ck.to(torch.float32)).sum(-1) * scale for ck in own_k], dim=-1)  # [B, H, T, j]
+        probs = torch.softmax(torch.cat([prefix, own], dim=-1), dim=-1).to(q.dtype)
         out = probs[..., :t] @ repeat_kv(self.prefix_v, groups)
         own_v = torch.stack([repeat_kv(cv, groups) for cv in self.chain_v], dim=-2)  # [B, H, T, j, D]
         return out + (probs[..., t:].unsqueeze(-1) * own_v).sum(-2)

@@ -118,6 +118,15 @@ def fp8_linear(a: torch.Tensor, scale_a: torch.Tensor, weight: torch.Tensor, wei
     return scaled_mm(a, weight.t(), scale_a, scale_b, out_dtype)
 
 
+def channelwise_linear(a: torch.Tensor, scale_a: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor,
+                       out_dtype: torch.dtype = torch.float16) -> torch.Tensor:
+    """What vLLM runs where rowwise ``_scaled_mm`` cannot (fp16 output on ROCm): the unscaled FP8 GEMM in fp32,
+    then ``* scale_a * scale_w`` in fp32, then `out_dtype` (``ChannelWiseTorchFP8ScaledMMLinearKernel``)."""
+    one = torch.ones((), dtype=torch.float32, device=a.device)
+    out = scaled_mm(a, weight.t(), one, one, torch.float32)
+    return (out * scale_a.reshape(-1, 1) * weight_scale.reshape(1, -1)).to(out_dtype)
+
+
 def dequantized_matmul(a: torch.Tensor, scale_a: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor,
                        out_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
     """Reference for :func:`fp8_linear`: dequantize both operands to fp32, matmul, cast to `out_dtype`."""

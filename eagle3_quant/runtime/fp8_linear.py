@@ -18,7 +18,8 @@ class Fp8Linear(nn.Module):
 
     Inputs are quantized per token (dynamic) or with the static per-tensor `input_scale`. ``mode``:
     ``"scaled_mm"`` runs ``torch._scaled_mm`` with the GPU layout rules; ``"dequant"`` dequantizes both
-    operands and multiplies in fp32 (the reference). Both return bf16 (as vLLM on ROCm), cast to the input dtype.
+    operands and multiplies in fp32 (the reference). Both return the input's dtype when it is bf16 or fp16 (as
+    vLLM does: fp16 for original-EAGLE drafts), else bf16 cast to the input dtype.
     """
 
     def __init__(self, weight: torch.Tensor, weight_scale: torch.Tensor, input_scale: torch.Tensor | None = None,
@@ -64,18 +65,26 @@ class Fp8Linear(nn.Module):
         act = "static per-tensor" if self.input_scale is not None else "dynamic per-token"
         return f"{self.in_features} -> {self.out_features}, weight {weight}, input {act}, mode={self.mode}"
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, out_dtype: torch.dtype | None = None) -> torch.Tensor:
+        """`out_dtype`: the result's dtype when x is not in it (an fp32 input quantized without rounding)."""
         lead = x.shape[:-1]
+        out_dtype = out_dtype or x.dtype
         x2 = x.reshape(-1, x.shape[-1]).contiguous()
         if self.input_scale is None:
             a, scale_a = fp8.quantize_per_token(x2, self.weight.dtype)
         else:
             a, scale_a = fp8.quantize_static(x2, self.input_scale, self.weight.dtype)
         matmul = fp8.fp8_linear if self.mode == "scaled_mm" else fp8.dequantized_matmul
-        out = matmul(a, scale_a, self.weight, self.weight_scale, torch.bfloat16)
+        if self.mode == "scaled_mm" and _out_dtype(out_dtype) == torch.float16 and scale_a.numel() > 1:
+            matmul = fp8.channelwise_linear     # vLLM's kernel for fp16 output with per-token scales
+        out = matmul(a, scale_a, self.weight, self.weight_scale, _out_dtype(out_dtype))
         if self.bias is not None:
             out = out + self.bias.to(out.dtype)
-        return out.to(x.dtype).reshape(*lead, self.out_features)
+        return out.to(out_dtype).reshape(*lead, self.out_features)
+
+
+def _out_dtype(dtype: torch.dtype) -> torch.dtype:
+    return dtype if dtype in (torch.bfloat16, torch.float16) else torch.bfloat16
 
 
 def quantize_linear(linear: nn.Linear, per_channel: bool = True, input_scale: torch.Tensor | None = None,

@@ -8,6 +8,9 @@ One draft step (see eagle3-facts.md section 3)::
     x = cat(input_layernorm(embed(ids)), hidden_norm(h)); residual = h (or hidden_norm(h))
     h = residual + o_proj(attn(q/k/v_proj(x))); h = h + mlp(post_attention_layernorm(h))
     logits = lm_head(norm(h)); fed back: h (or norm(h) with norm_output)
+
+Computed as vLLM 0.33 computes it: attention scores in fp32; each residual add in fp32 inside a fused
+add+RMSNorm that normalizes the unrounded sum and keeps the sum rounded to the draft's dtype as the residual.
 """
 
 from __future__ import annotations
@@ -29,10 +32,17 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(size, dtype=dtype, device=device))
         self.eps = eps
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x32 = x.to(torch.float32)
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None):
+        """norm(x); with `residual`, vLLM's fused add+RMSNorm: (norm of the unrounded fp32 sum, the sum in
+        x's dtype as the new residual)."""
+        if residual is None:
+            return self._normalize(x.to(torch.float32), x.dtype)
+        total = x.to(torch.float32) + residual.to(torch.float32)
+        return self._normalize(total, x.dtype), total.to(x.dtype)
+
+    def _normalize(self, x32: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x32.to(x.dtype)
+        return (x32.to(self.weight.dtype) * self.weight).to(dtype)
 
 
 class MLP(nn.Module):
@@ -43,7 +53,11 @@ class MLP(nn.Module):
         self.down_proj = nn.Linear(intermediate, hidden, bias=bias, dtype=dtype, device=device)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
+        gate, up = self.gate_proj(x), self.up_proj(x)
+        if isinstance(self.down_proj, Fp8Linear) and self.down_proj.input_scale is not None:
+            # vLLM fuses SiLU-mul with down_proj's static FP8 input quantization: fp32, no rounding in between
+            return self.down_proj(nn.functional.silu(gate.float()) * up.float(), out_dtype=x.dtype)
+        return self.down_proj(nn.functional.silu(gate) * up)
 
 
 class DecoderLayer(nn.Module):
@@ -64,12 +78,13 @@ class DecoderLayer(nn.Module):
         self.norm_before_residual = spec.norm_before_residual
 
     def forward(self, embeds: torch.Tensor, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                context) -> torch.Tensor:
+                context) -> tuple[torch.Tensor, torch.Tensor]:
+        """(MLP output, residual): the caller's final norm adds them, as vLLM's layer does."""
         normed = self.hidden_norm(hidden)
         residual = normed if self.norm_before_residual else hidden
         x = torch.cat([self.input_layernorm(embeds), normed], dim=-1)
-        hidden = residual + self.self_attn(x, cos, sin, context)
-        return hidden + self.mlp(self.post_attention_layernorm(hidden))
+        x, residual = self.post_attention_layernorm(self.self_attn(x, cos, sin, context), residual)
+        return self.mlp(x), residual
 
 
 class Eagle3Draft(nn.Module):
@@ -195,8 +210,8 @@ class Eagle3Draft(nn.Module):
             start = context.cache.length if getattr(context, "cache", None) is not None else 0
             position_ids = (start + torch.arange(t, device=input_ids.device)).expand(b, t)
         cos, sin = self.spec.rope.cos_sin(position_ids, self.dtype)
-        h = self.layer(self.embed(input_ids), hidden.to(self.dtype), cos, sin, context)
-        normed = self.norm(h)
+        out, residual = self.layer(self.embed(input_ids), hidden.to(self.dtype), cos, sin, context)
+        normed, h = self.norm(out, residual)
         return self.lm_head(normed), normed if self.spec.norm_output else h
 
     def forward(self, input_ids: torch.Tensor, aux_hidden_states: torch.Tensor,

@@ -1,0 +1,122 @@
+"""What vLLM 0.33's own model code needs to build, load and run an Eagle3 draft on a CPU-only machine.
+
+Imported only inside the ``vllm_load`` worker subprocess (it imports vLLM and patches its global state).
+Everything vLLM does is vLLM's code except :data:`ATTENTION_STAND_IN`: the paged attention layer
+(``Attention.forward``) needs vLLM's compiled ``_C``, a KV cache and a model runner, so it is replaced by a
+plain causal attention with fp32 scores. The FP8 activation-quantization ops of ``_C`` (``scaled_fp8_quant``,
+the fused SiLU-mul + static quant) get PyTorch equivalents of their kernels' math, and the packed CPU GEMM of
+``_C`` is turned off so vLLM takes its own ``torch.nn.functional.linear`` fallback. FP8 linear kernels are
+chosen from the list vLLM uses on ROCm without AITER (torch ``_scaled_mm`` per-tensor / rowwise / channel-wise).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import socket
+from pathlib import Path
+
+import torch
+
+ATTENTION_STAND_IN = ("vLLM's paged attention layer (Attention.forward) replaced by causal attention with fp32 "
+                      "QK^T scores and softmax (CPU: no _C kernels, KV cache or model runner); every other op is "
+                      "vLLM's own PyTorch path (custom_ops=['none'])")
+
+
+def _attention_forward(self, query, key, value, output_shape=None, output_dtype=None):
+    """Causal attention over one sequence: [T, heads*D] in, [T, heads*D_v] out, scores in fp32."""
+    t = query.shape[0]
+    q = query.view(t, self.num_heads, self.head_size).transpose(0, 1).to(torch.float32)
+    k = key.view(t, self.num_kv_heads, self.head_size).transpose(0, 1).to(torch.float32)
+    v = value.view(t, self.num_kv_heads, self.head_size_v).transpose(0, 1)
+    groups = self.num_heads // self.num_kv_heads
+    if groups > 1:
+        k, v = k.repeat_interleave(groups, 0), v.repeat_interleave(groups, 0)
+    scores = q @ k.transpose(-1, -2) / math.sqrt(self.head_size)
+    causal = torch.ones(t, t, dtype=torch.bool, device=query.device).tril()
+    probs = torch.softmax(scores.masked_fill(~causal, float("-inf")), dim=-1).to(v.dtype)
+    out = (probs @ v).transpose(0, 1).reshape(t, self.num_heads * self.head_size_v)
+    return out.to(output_dtype or query.dtype)
+
+
+def _scaled_fp8_quant(input, scale=None, num_token_padding=None, scale_ub=None, use_per_token_if_dynamic=False,
+                      output=None, group_shape=None):
+    """``vllm._custom_ops.scaled_fp8_quant`` in torch (the CPU wheel has no ``_C`` FP8 quant ops)."""
+    from vllm.platforms import current_platform
+
+    dtype = current_platform.fp8_dtype()
+    top = torch.finfo(dtype).max
+    x32 = input.to(torch.float32)
+    if scale is None:
+        amax = x32.abs().amax(dim=-1, keepdim=True) if use_per_token_if_dynamic else x32.abs().amax().reshape(1)
+        if scale_ub is not None:
+            amax = amax.clamp(max=scale_ub)
+        scale = (amax / top).clamp(min=1.0 / (top * 512.0))
+    q = (x32 * scale.to(torch.float32).reshape(-1, 1).reciprocal()).clamp(-top, top).to(dtype) \
+        if scale.numel() > 1 else (x32 * scale.to(torch.float32).reciprocal()).clamp(-top, top).to(dtype)
+    if output is not None:
+        output.copy_(q)
+        q = output
+    return q, scale
+
+
+def _silu_and_mul_quant(result, x, scale):
+    """``_C.silu_and_mul_quant`` (vLLM fuses SiLU-mul with a static FP8 input quant): fp32 throughout, no
+    rounding between the product and the quantization, as its CUDA/HIP kernel computes it."""
+    d = x.shape[-1] // 2
+    x32 = x.to(torch.float32)
+    top = torch.finfo(result.dtype).max
+    y = torch.nn.functional.silu(x32[..., :d]) * x32[..., d:]
+    result.copy_((y * scale.to(torch.float32).reciprocal()).clamp(-top, top).to(result.dtype))
+
+
+def _rocm_fp8_kernels() -> None:
+    """Choose FP8 linear kernels as vLLM does on ROCm without AITER - per-tensor ``_scaled_mm``, rowwise
+    ``_scaled_mm`` (bf16 output only), else the channel-wise fallback - instead of the CPU platform's list."""
+    from vllm.model_executor.kernels import linear
+    from vllm.model_executor.kernels.linear.scaled_mm import pytorch
+    from vllm.platforms import PlatformEnum
+
+    pytorch.RowWiseTorchFP8ScaledMMLinearKernel.is_supported = classmethod(lambda cls, cc=None: (True, None))
+    linear._POSSIBLE_FP8_KERNELS[PlatformEnum.CPU] = [pytorch.PerTensorTorchFP8ScaledMMLinearKernel,
+                                                      pytorch.RowWiseTorchFP8ScaledMMLinearKernel,
+                                                      pytorch.ChannelWiseTorchFP8ScaledMMLinearKernel]
+
+
+def apply_cpu_patches() -> None:
+    """Idempotent; call before building the model."""
+    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+    torch.accelerator.empty_cache = lambda: None
+    from vllm.model_executor.layers.attention import attention
+
+    attention.Attention.forward = _attention_forward
+    from vllm import _custom_ops as ops
+
+    ops.scaled_fp8_quant = _scaled_fp8_quant
+    from vllm.model_executor.layers import utils as layer_utils
+
+    torch.ops._C.silu_and_mul_quant = _silu_and_mul_quant
+    _rocm_fp8_kernels()
+    layer_utils.check_cpu_sgl_kernel = lambda *args: False   # its packed GEMM is in _C: vLLM's torch fallback
+
+
+def write_target_config(draft_config: dict, folder: Path, num_layers: int) -> Path:
+    """A config-only Llama target matching the draft (hidden, vocab): vLLM needs no target weights to build it."""
+    layer = draft_config.get("transformer_layer_config") or draft_config
+    hidden = int(draft_config.get("target_hidden_size") or layer["hidden_size"])
+    heads = int(layer.get("num_attention_heads", 4))
+    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": hidden,
+              "intermediate_size": 2 * hidden, "num_hidden_layers": num_layers, "num_attention_heads": heads,
+              "num_key_value_heads": heads, "vocab_size": int(layer["vocab_size"]),
+              "max_position_embeddings": int(layer.get("max_position_embeddings", 2048)),
+              "rms_norm_eps": float(layer.get("rms_norm_eps", 1e-6)), "torch_dtype": "bfloat16"}
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

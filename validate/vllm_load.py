@@ -1,0 +1,129 @@
+"""The ``vllm_load`` check: vLLM's own code builds, loads and runs the artifact (in a subprocess).
+
+What it proves, on CPU: vLLM 0.33's config parsing, ``QuarkConfig`` (exclude matching, scheme choice), model
+class and weight loader take the artifact as planned - each runtime linear's quant method matches what the
+checkpoint holds, every tensor is consumed (``t2d`` is skipped by vLLM on purpose) and lands byte-identical
+in its parameter - and vLLM's ``combine_hidden_states`` -> ``forward`` -> ``compute_logits`` agrees with the
+project's runtime. What it does not prove: GPU kernels (the FP8 GEMM runs through torch on CPU) and the paged
+attention kernel (replaced by a causal attention with fp32 scores; the report says so).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from eagle3_quant.validate.report import Check, failed, passed, skipped
+
+CHECK_NAME = "vllm_load"
+QUANTIZED_METHODS = ("QuarkLinearMethod",)
+MAX_RELATIVE_DLOGIT = 0.01     # max |dlogit| / max |logit| between vLLM's forward and the runtime
+MIN_TOP1 = 0.95
+
+
+@dataclass(frozen=True)
+class VllmLoadOptions:
+    calib: Path | None = None
+    positions: int = 32           # per sample (sequence)
+    samples: int = 2
+    seed: int = 0
+    target_layers: int = 32       # the runtime layer index vLLM gives the draft (model.layers.{T})
+    timeout_s: float = 600.0
+
+
+def vllm_missing_reason() -> str | None:
+    """Why vLLM's own code cannot run here, or None (checks the install without importing vLLM)."""
+    if importlib.util.find_spec("vllm") is None:
+        return "vLLM is not installed in this environment (make setup-vllm)"
+    return None
+
+
+def run_vllm_load(artifact: str | Path, options: VllmLoadOptions | None = None) -> dict:
+    """The worker's JSON result: {"ok": bool, ...} (see vllm_worker.py); {"ok": False, "error"} when it died."""
+    return run_vllm_load_many([artifact], options)[0]
+
+
+def run_vllm_load_many(artifacts: list[str | Path], options: VllmLoadOptions | None = None) -> list[dict]:
+    """One worker process for several artifacts (vLLM is imported once); one result per artifact, in order."""
+    options = options or VllmLoadOptions()
+    paths = [str(Path(a).resolve()) for a in artifacts]
+    request = {"artifacts": paths, "calib": str(options.calib) if options.calib else None,
+               "positions": options.positions, "samples": options.samples, "seed": options.seed,
+               "target_layers": options.target_layers}
+    env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu", "VLLM_LOGGING_LEVEL": "ERROR", "TOKENIZERS_PARALLELISM": "false"}
+    with tempfile.TemporaryDirectory(prefix="e3q-vllm-load-") as tmp:
+        req, res = Path(tmp) / "request.json", Path(tmp) / "result.json"
+        req.write_text(json.dumps(request))
+        error = None
+        try:
+            proc = subprocess.run([sys.executable, "-m", "eagle3_quant.validate.vllm_worker", str(req), str(res)],
+                                  env=env, cwd=tmp, capture_output=True, text=True,
+                                  timeout=options.timeout_s * len(paths))
+            tail = (proc.stderr or proc.stdout or "").strip().splitlines()[-3:]
+            error = f"the vLLM worker exited with status {proc.returncode}: {' | '.join(tail)}"
+        except subprocess.TimeoutExpired:
+            error = f"vLLM's loader did not finish within {options.timeout_s:.0f} s per artifact"
+        results = json.loads(res.read_text()) if res.is_file() else {}
+        return [results.get(p, {"ok": False, "error": error}) for p in paths]
+
+
+def linear_problems(result: dict) -> list[str]:
+    """Runtime linears whose quant method differs from what the checkpoint holds."""
+    problems = []
+    fp8 = result["checkpoint_fp8"]
+    for module, info in result["linears"].items():
+        if module not in fp8:
+            continue
+        quantized = info["quant_method"] in QUANTIZED_METHODS
+        if quantized != fp8[module]:
+            problems.append(f"{info['prefix'] or module}: vLLM built {info['quant_method']}"
+                            f"{' + ' + info['scheme'] if info['scheme'] else ''} but the checkpoint holds "
+                            f"{'FP8' if fp8[module] else 'unquantized'} weights")
+    return problems
+
+
+def vllm_load_check(result: dict) -> Check:
+    if not result.get("ok"):
+        return failed(CHECK_NAME, f"vLLM's own loader failed on the artifact: {result.get('error')}")
+    problems = linear_problems(result)
+    if result["not_consumed"]:
+        problems.append(f"tensors vLLM did not load: {', '.join(result['not_consumed'][:5])}")
+    if result["uninitialized"]:
+        problems.append(f"parameters vLLM left at their initial value: {', '.join(result['uninitialized'][:5])}")
+    if result["not_identical"]:
+        problems.append(f"tensors not byte-identical after loading: {'; '.join(result['not_identical'][:3])}")
+    logits = result["logits"]
+    if not logits["vllm_logits_finite"]:
+        problems.append("vLLM's logits are not finite (NaN/Inf)")
+    elif logits["relative_dlogit"] > MAX_RELATIVE_DLOGIT or logits["top1_agreement"] < MIN_TOP1:
+        problems.append(f"vLLM's forward and the runtime disagree: top-1 {logits['top1_agreement']:.3f} "
+                        f"(>= {MIN_TOP1}), max |dlogit| {100 * logits['relative_dlogit']:.2f}% of max |logit| "
+                        f"(<= {100 * MAX_RELATIVE_DLOGIT:.0f}%)")
+    data = {k: result[k] for k in ("vllm_version", "architecture", "dtype", "linears", "tensors", "identical",
+                                   "skipped_on_purpose", "attention", "inputs", "embedding", "wall_s")}
+    data["logits"] = logits
+    if problems:
+        return failed(CHECK_NAME, "; ".join(problems), **data)
+    methods = sorted({f"{i['quant_method']}{'/' + i['scheme'] if i['scheme'] else ''}"
+                      for i in result["linears"].values()})
+    detail = (f"vLLM {result['vllm_version']} built {result['architecture']} with {', '.join(methods)} as planned; "
+              f"{result['identical']} tensors loaded byte-identical "
+              f"({', '.join(result['skipped_on_purpose']) or 'none'} skipped by vLLM on purpose); "
+              f"forward vs runtime on {logits['positions']} positions: top-1 {logits['top1_agreement']:.3f}, "
+              f"max |dlogit| {100 * logits['relative_dlogit']:.2f}% of max |logit| "
+              "(paged attention replaced by a causal fp32-score stand-in on CPU)")
+    return passed(CHECK_NAME, detail, **data)
+
+
+def check_vllm_load(artifact: str | Path, options: VllmLoadOptions | None = None) -> Check:
+    """The ``vllm_load`` check for one artifact folder; ``skipped`` with the reason when vLLM is not installed."""
+    reason = vllm_missing_reason()
+    if reason is not None:
+        return skipped(CHECK_NAME, reason)
+    return vllm_load_check(run_vllm_load(artifact, options))

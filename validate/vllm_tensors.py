@@ -1,0 +1,113 @@
+"""What vLLM made of an artifact's tensors and linears, read back from the model vLLM built (worker side).
+
+Checkpoint names follow vLLM 0.33's Eagle3 ``load_weights``: ``t2d`` is skipped on purpose, ``d2t`` becomes
+``draft_id_to_target_id``, everything but ``lm_head`` gets ``model.``, ``midlayer.`` becomes ``layers.0.``,
+q/k/v stack into ``qkv_proj`` and gate/up into ``gate_up_proj`` (rows in that order, or one per-tensor scale each).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+
+from eagle3_quant.reading.checkpoint import read_checkpoint
+
+SKIPPED_ON_PURPOSE = ("t2d",)
+STACKED = {"q_proj": ("qkv_proj", 0, 3), "k_proj": ("qkv_proj", 1, 3), "v_proj": ("qkv_proj", 2, 3),
+           "gate_proj": ("gate_up_proj", 0, 2), "up_proj": ("gate_up_proj", 1, 2)}
+# Parameters vLLM creates that no checkpoint of ours holds (KV-cache scales) or that it shares with the target
+NOT_IN_CHECKPOINT = ("k_scale", "v_scale", "q_scale", "prob_scale", "embed_tokens.weight")
+
+
+def vllm_name(name: str) -> tuple[str, str | None, int, int]:
+    """(vLLM parameter name, fused checkpoint role or None, shard index, shards) for one checkpoint tensor."""
+    if name == "d2t":
+        return "draft_id_to_target_id", None, 0, 1
+    full = name if name.startswith("lm_head") else "model." + name.replace("midlayer.", "layers.0.")
+    module, _, leaf = full.rpartition(".")
+    parent, _, role = module.rpartition(".")
+    if role in STACKED:
+        fused, shard, shards = STACKED[role]
+        return f"{parent}.{fused}.{leaf}", role, shard, shards
+    return full, None, 0, 1
+
+
+def _read(artifact: Path) -> dict[str, torch.Tensor]:
+    checkpoint = read_checkpoint(artifact)
+    out = {}
+    for file in checkpoint.weight_files:
+        with safe_open(str(file), framework="pt") as fh:
+            out.update({n: fh.get_tensor(n) for n in fh.keys()})
+    return out
+
+
+def _shard(param: torch.Tensor, shard: int, shards: int, rows: list[int]) -> torch.Tensor | None:
+    if param.numel() == shards and sum(rows) != shards:          # one per-tensor scale per shard
+        return param.reshape(-1)[shard:shard + 1]
+    if param.shape[0] != sum(rows):
+        return None
+    start = sum(rows[:shard])
+    return param[start:start + rows[shard]]
+
+
+def _same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.dtype != b.dtype or a.numel() != b.numel():
+        return False
+    return bool(torch.equal(a.contiguous().reshape(-1).view(torch.uint8), b.contiguous().reshape(-1).view(torch.uint8)))
+
+
+def compare_loaded(artifact: Path, record: dict, model) -> dict:
+    """Every checkpoint tensor given to vLLM and found byte-identical in the parameter it was loaded into."""
+    tensors = _read(artifact)
+    params: dict[str, torch.Tensor] = record["params"]
+    rows: dict[tuple[str, str], list[int]] = {}
+    for name, tensor in tensors.items():
+        target, role, shard, shards = vllm_name(name)
+        if role is not None:
+            size = tensor.shape[0] if tensor.dim() else 1
+            rows.setdefault((target, name.rsplit(".", 1)[-1]), [0] * shards)[shard] = size
+    given = set(record["given"])
+    skipped, missing, differing, identical = [], [], [], []
+    for name, tensor in sorted(tensors.items()):
+        if name in SKIPPED_ON_PURPOSE:
+            skipped.append(name)
+            continue
+        target, role, shard, shards = vllm_name(name)
+        if name not in given or target not in params:
+            missing.append(name)
+            continue
+        loaded = params[target]
+        if role is not None:
+            loaded = _shard(loaded, shard, shards, rows[(target, name.rsplit(".", 1)[-1])])
+        if loaded is None or not _same_bytes(loaded, tensor):
+            got = "?" if loaded is None else f"{str(loaded.dtype).removeprefix('torch.')} {list(loaded.shape)}"
+            differing.append(f"{name} -> {target} ({str(tensor.dtype).removeprefix('torch.')} "
+                             f"{list(tensor.shape)} became {got})")
+        else:
+            identical.append(name)
+    # vLLM 0.33's Eagle3 load_weights returns None (and its strict check is off for quantized models): a
+    # parameter no checkpoint tensor maps to keeps its initial value (weight_scale: -3.4e38)
+    covered = {vllm_name(n)[0] for n in tensors if n in given}
+    uninitialized = sorted(n for n in params if n not in covered and not n.endswith(NOT_IN_CHECKPOINT))
+    expected = {vllm_name(n)[0].rpartition(".")[0]: t.dtype in (torch.float8_e4m3fn, torch.float8_e4m3fnuz)
+                for n, t in tensors.items() if n.endswith(".weight")}
+    return {"tensors": len(tensors), "identical": len(identical), "skipped_on_purpose": skipped,
+            "not_consumed": missing, "not_identical": differing, "uninitialized": uninitialized,
+            "checkpoint_fp8": expected}
+
+
+def runtime_linears(model) -> dict[str, dict]:
+    """Runtime module -> the prefix vLLM matched against `exclude`, its quant method and scheme."""
+    out = {}
+    for name, module in model.named_modules():
+        method = getattr(module, "quant_method", None)
+        if method is None or not hasattr(module, "weight") or "embed_tokens" in name:
+            continue
+        scheme = getattr(module, "scheme", None)
+        kernel = getattr(scheme, "fp8_linear", None)
+        out[name] = {"prefix": getattr(module, "prefix", None), "quant_method": type(method).__name__,
+                     "scheme": type(scheme).__name__ if scheme is not None else None,
+                     "kernel": type(kernel).__name__ if kernel is not None else None}
+    return out

@@ -1,0 +1,161 @@
+"""The ``vllm_load`` worker: ``python -m eagle3_quant.validate.vllm_worker REQUEST.json RESULT.json``.
+
+Runs in its own process (vLLM's import patches global state and takes seconds): builds the draft with vLLM's
+own config and loader path (``EngineArgs(speculative_config=eagle3)`` -> gloo world of 1 -> ``get_model``),
+records what vLLM made of each linear and each checkpoint tensor, then runs vLLM's ``combine_hidden_states``
+-> ``forward`` -> ``compute_logits`` next to the project's runtime on the same inputs. Writes one JSON object.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+import torch
+from eagle3_quant.validate import vllm_harness
+from eagle3_quant.validate.vllm_tensors import compare_loaded, runtime_linears
+
+
+def _engine_config(draft: Path, target: Path, dtype: str):
+    from vllm.engine.arg_utils import EngineArgs
+
+    args = EngineArgs(model=str(target), skip_tokenizer_init=True, dtype=dtype, enforce_eager=True,
+                      max_model_len=512, compilation_config={"custom_ops": ["none"]},
+                      speculative_config={"method": "eagle3", "model": str(draft), "num_speculative_tokens": 3})
+    return args.create_engine_config()
+
+
+def _build(vllm_config, record: dict):
+    from vllm.config import set_current_vllm_config
+    from vllm.distributed import ensure_model_parallel_initialized, init_distributed_environment
+    from vllm.model_executor.model_loader import get_model
+    from vllm.model_executor.model_loader.default_loader import DefaultModelLoader
+
+    original = getattr(DefaultModelLoader, "_e3q_original_load_weights", DefaultModelLoader.load_weights)
+    DefaultModelLoader._e3q_original_load_weights = original
+
+    def load_weights(self, model, model_config):
+        model_load = model.load_weights
+
+        def capture(weights):
+            names = []
+            loaded = model_load((names.append(name) or (name, tensor)) for name, tensor in weights)
+            record["given"] = names
+            record["params"] = {n: p.detach().clone() for n, p in model.named_parameters()}
+            return loaded
+
+        model.load_weights = capture
+        return original(self, model, model_config)
+
+    DefaultModelLoader.load_weights = load_weights
+    with set_current_vllm_config(vllm_config):
+        if not torch.distributed.is_initialized():
+            init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
+                                         distributed_init_method=f"tcp://127.0.0.1:{vllm_harness.free_port()}")
+        ensure_model_parallel_initialized(1, 1)
+        return get_model(vllm_config=vllm_config, model_config=vllm_config.speculative_config.draft_model_config)
+
+
+def _inputs(request: dict, cfg: dict) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """[(input_ids [T], aux [T, 3*Ht])]: calibration samples, else seeded random states."""
+    layer = cfg.get("transformer_layer_config") or cfg
+    if request.get("calib"):
+        from eagle3_quant.calib.format import load_calibration
+
+        out = []
+        for sample in load_calibration(request["calib"]).samples():
+            out.append((sample.input_ids[: request["positions"]], sample.aux_hidden_states[: request["positions"]]))
+            if len(out) >= request["samples"]:
+                break
+        return out
+    gen = torch.Generator().manual_seed(request["seed"])
+    ht = int(cfg.get("target_hidden_size") or layer["hidden_size"])
+    return [(torch.randint(0, int(layer["vocab_size"]), (request["positions"],), generator=gen),
+             torch.randn(request["positions"], 3 * ht, generator=gen)) for _ in range(request["samples"])]
+
+
+def _compare_logits(model, ours, inputs, dtype: torch.dtype, d2t) -> dict:
+    top1 = total = 0
+    max_diff = max_logit = 0.0
+    finite = True
+    draft_vocab = ours.config.draft_vocab_size
+    targets = torch.arange(draft_vocab) + (d2t if d2t is not None else 0)
+    with torch.no_grad():
+        for ids, aux in inputs:
+            aux = aux.to(dtype)
+            positions = torch.arange(ids.shape[0])
+            hidden = model.combine_hidden_states(aux)
+            out, _ = model(ids, positions, hidden)
+            theirs = model.compute_logits(out)[:, targets].float()
+            mine = ours(ids[None], aux[None], positions[None])[0][0].float()
+            finite = finite and bool(torch.isfinite(theirs).all())
+            max_diff = max(max_diff, float((theirs - mine).abs().max()))
+            max_logit = max(max_logit, float(theirs.abs().max()))
+            top1 += int((theirs.argmax(-1) == mine.argmax(-1)).sum())
+            total += ids.shape[0]
+    rel = max_diff / max_logit if finite and max_logit > 0 else float("nan")
+    return {"positions": total, "top1_agreement": top1 / total, "max_abs_dlogit": max_diff,
+            "max_abs_logit": max_logit, "relative_dlogit": rel, "vllm_logits_finite": finite}
+
+
+def run(request: dict, artifact: Path) -> dict:
+    started = time.perf_counter()
+    vllm_harness.apply_cpu_patches()
+    import vllm
+
+    from eagle3_quant.runtime.loading import load_draft
+
+    cfg = json.loads((artifact / "config.json").read_text())
+    dtype_name = str((cfg.get("transformer_layer_config") or cfg).get("torch_dtype") or cfg.get("torch_dtype")
+                     or "bfloat16")
+    dtype = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}[dtype_name]
+    with tempfile.TemporaryDirectory(prefix="e3q-vllm-target-") as tmp:
+        target = vllm_harness.write_target_config(cfg, Path(tmp), request["target_layers"])
+        vllm_config = _engine_config(artifact, target, dtype_name)
+        record: dict = {}
+        model = _build(vllm_config, record)
+    build_s = time.perf_counter() - started
+    tensors = compare_loaded(artifact, record, model)
+    linears = runtime_linears(model)
+    gen = torch.Generator().manual_seed(request["seed"])
+    embed = model.model.embed_tokens.weight
+    own_embedding = any(n.endswith("embed_tokens.weight") for n in record["given"])
+    if not own_embedding:        # vLLM shares the target's embedding; both sides get the same seeded one
+        with torch.no_grad():
+            embed.copy_(torch.randn(embed.shape, generator=gen).to(embed.dtype) * 0.02)
+    ours = load_draft(artifact, "cpu", dtype, embedding=None if own_embedding else embed.detach().clone())
+    d2t = getattr(model, "draft_id_to_target_id", None)
+    logits = _compare_logits(model, ours, _inputs(request, cfg), dtype,
+                             d2t.detach() if isinstance(d2t, torch.Tensor) else None)
+    inputs = "calibration set" if request.get("calib") else f"seeded random aux states (seed {request['seed']})"
+    return {"vllm_version": vllm.__version__, "architecture": type(model).__name__, "dtype": dtype_name,
+            "target_layers": request["target_layers"], "linears": linears, **tensors, "logits": logits,
+            "attention": vllm_harness.ATTENTION_STAND_IN,
+            "inputs": inputs,
+            "embedding": "the draft's own" if own_embedding else "seeded random (vLLM shares the target's)",
+            "build_s": round(build_s, 2), "wall_s": round(time.perf_counter() - started, 2)}
+
+
+def run_one(request: dict, artifact: Path) -> dict:
+    try:
+        return {"ok": True, **run(request, artifact)}
+    except Exception as exc:  # noqa: BLE001 - reported to the parent as the check's failure reason
+        return {"ok": False, "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
+
+
+def main(argv: list[str]) -> int:
+    """REQUEST.json holds "artifacts" (several share one vLLM import); RESULT.json maps each to its result."""
+    request = json.loads(Path(argv[0]).read_text())
+    results = {}
+    for artifact in request["artifacts"]:
+        results[artifact] = run_one(request, Path(artifact))
+        Path(argv[1]).write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
