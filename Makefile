@@ -8,7 +8,7 @@ VENV_FLAGS ?=
 STAMP := $(VENV)/.eagle3-quant-installed
 DEMO_DIR ?= demo-out
 
-.PHONY: setup test test-fast lint demo bench clean
+.PHONY: setup setup-sglang test test-fast lint demo bench clean
 
 setup: $(STAMP)
 
@@ -18,7 +18,23 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e ".[dev]"
 	touch $(STAMP)
 
-test: setup
+# SGLang's own loader for the sglang_load check: the pure-Python wheel and its import-time deps, all --no-deps
+# (torch and transformers are never replaced; a dep already installed, e.g. by setup-vllm, is kept).
+SGLANG_SPEC ?= sglang==0.5.23
+SGLANG_DEPS ?= orjson==3.11.7 pybase64==1.4.3 pillow==12.1.1 starlette==0.52.1 msgspec==0.20.0 pyzmq==27.1.0 \
+	ipython==9.10.0 traitlets==5.14.3 apache-tvm-ffi==0.1.11 compressed-tensors==0.18.0 loguru==0.7.3 gguf==0.17.1 \
+	einops==0.8.2 openai==2.8.0 httpx==0.28.1 sniffio==1.3.1 distro==1.9.0 partial-json-parser==0.2.1.1.post7 \
+	uvicorn==0.40.0 fastapi==0.128.0 triton==3.6.0
+SGLANG_STAMP := $(VENV)/.sglang-installed
+
+setup-sglang: $(SGLANG_STAMP)
+
+$(SGLANG_STAMP): $(STAMP)
+	$(BIN)/python -m eagle3_quant.validate.engine_install $(SGLANG_SPEC) $(SGLANG_DEPS)
+	$(BIN)/python -m eagle3_quant.validate.sglang_load --probe
+	touch $(SGLANG_STAMP)
+
+test: setup setup-sglang
 	$(BIN)/python -m pytest -q
 
 test-fast: setup

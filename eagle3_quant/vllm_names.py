@@ -39,14 +39,14 @@ def runtime_layers(depth: int) -> tuple[RuntimeLayer, ...]:
     )
 
 
-_ROLE_PATTERNS = {
-    "fc": r"(.*\.)?fc$",
-    "lm_head": r"(.*\.)?lm_head$",
-    **{r: rf"(.*\.)?self_attn\.{r}$" for r in ("q_proj", "k_proj", "v_proj", "o_proj")},
-    **{r: rf"(.*\.)?mlp\.{r}$" for r in ("gate_proj", "up_proj", "down_proj")},
-}
+# The fused runtime layer a checkpoint linear loads into; engines match fused layers by this name only.
+FUSED_RUNTIME_NAME = {"q_proj": "qkv_proj", "k_proj": "qkv_proj", "v_proj": "qkv_proj",
+                      "gate_proj": "gate_up_proj", "up_proj": "gate_up_proj"}
 
 
 def exclude_pattern(role: str) -> str:
-    """An anchored ``re:`` pattern for one checkpoint linear, valid at any target depth."""
-    return "re:" + _ROLE_PATTERNS[role]
+    """An anchored ``re:`` pattern for one checkpoint linear: its own name and its fused runtime name, at any
+    depth and under any parent (vLLM's and SGLang's runtime names differ)."""
+    names = (role, FUSED_RUNTIME_NAME[role]) if role in FUSED_RUNTIME_NAME else (role,)
+    body = names[0] if len(names) == 1 else "(" + "|".join(names) + ")"
+    return rf"re:(.*\.)?{body}$"

@@ -7,6 +7,7 @@ import math
 from collections.abc import Mapping
 from pathlib import Path
 
+from eagle3_quant.calib.engine_taps import accepted_calibration_taps, served_taps
 from eagle3_quant.calib.format import CalibrationSet, load_calibration
 from eagle3_quant.calib.taps import resolve_taps
 from eagle3_quant.validate.kernel_check import kernel_checks, run_kernel_check
@@ -27,10 +28,12 @@ def _check_calibration(calib: CalibrationSet, art: Fp8Artifact) -> None:
                                f"expects {cfg.target_hidden_size}", path=calib.path, field="target_hidden_size")
     if cfg.aux_layer_ids is None:
         return                        # the default taps depend on the target's depth: nothing to compare
-    taps = resolve_taps(cfg, None)
-    if tuple(calib.info.aux_layer_ids) != taps.indices:
+    accepted = accepted_calibration_taps(cfg, calib.info.extra)
+    if accepted and tuple(calib.info.aux_layer_ids) not in accepted:
+        taps = resolve_taps(cfg, None)
+        served = " or ".join(f"hidden_states{list(a)}" for a in sorted(accepted))
         raise DraftFormatError(f"calibration holds hidden_states {list(calib.info.aux_layer_ids)}, the draft reads "
-                               f"{list(taps.indices)} ({taps.origin}, {taps.convention.value} convention)",
+                               f"{served} (ids {list(taps.ids)} from {taps.origin})",
                                path=calib.path, field="aux_layer_ids")
 
 
@@ -125,6 +128,7 @@ def validate_draft(out: str | Path, reference: str | Path | None = None, calib: 
     checks += fidelity_checks
     if layers:
         metrics["min_weight_sqnr_db"] = sqnr_check.data["value"]
+    metrics["taps"] = served_taps(art.config)
     unreadable = any(c.name == "fp8_weights" and c.status == "failed" for c in checks)
     if kernel and not unreadable:
         kernel_result = run_kernel_check(out, device)

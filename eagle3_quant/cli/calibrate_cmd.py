@@ -6,6 +6,7 @@ from typing import Annotated
 
 import typer
 
+from eagle3_quant.calib.engine_taps import Engine
 from eagle3_quant.calib.taps import TapConvention
 from eagle3_quant.calib.target import DTYPE_NAMES
 from eagle3_quant.cli.app import app
@@ -40,8 +41,11 @@ def calibrate_command(
     split: Annotated[str, typer.Option(help="Dataset split.")] = "train",
     subset: Annotated[str | None, typer.Option(help="Dataset configuration name.")] = None,
     min_tokens: Annotated[int, typer.Option(help="Skip prompts shorter than this.")] = 16,
-    generate_tokens: Annotated[int, typer.Option(
-        help="Append the target's own greedy continuation of this many tokens to each prompt.")] = 0,
+    generate_tokens: Annotated[int | None, typer.Option(
+        help="Append the target's own greedy continuation of at most this many tokens to each prompt "
+             "(default 64, at most a quarter of --seq-len; 0 keeps the prompts as they are).")] = None,
+    engine: Annotated[Engine, typer.Option(
+        help="The serving engine whose layer taps are captured (they differ for SpecForge drafts).")] = Engine.vllm,
     tap_convention: Annotated[TapConvention, typer.Option(
         help="How the draft config counts its aux layer ids: input (EAGLE/vLLM/speculators) or output "
              "(SpecForge/ModelOpt); auto decides from the config.")] = TapConvention.auto,
@@ -68,7 +72,8 @@ def calibrate_command(
         from eagle3_quant.calib.importer import import_calibration
 
         result = import_calibration(from_dump, draft, out, target=target, tap_convention=tap_convention.value,
-                                    aux_layer_ids=ids, force=force, verbose=True, revision=revision)
+                                    aux_layer_ids=ids, force=force, verbose=True, revision=revision,
+                                    engine=engine.value)
     else:
         from eagle3_quant.calib.api import calibrate_target
 
@@ -77,6 +82,7 @@ def calibrate_command(
                                       num_samples=num_samples, seq_len=seq_len, seed=seed, column=column,
                                       split=split, subset=subset, min_tokens=min_tokens,
                                       generate_tokens=generate_tokens, tap_convention=tap_convention.value,
+                                      engine=engine.value,
                                       aux_layer_ids=ids, dtype=dtype.value, trust_remote_code=trust_remote_code)
         except KeyboardInterrupt:
             typer.echo("interrupted: the whole shards captured so far are kept; re-run the same command to resume",
@@ -87,3 +93,5 @@ def calibrate_command(
                   f"{human_bytes(result.bytes)} ({result.dtype}), taps hidden_states{list(result.taps)}; "
                   f"{result.seconds:.1f} s{rate}"
                   + (f"; resumed after {result.resumed_samples} samples" if result.resumed_samples else ""))
+    if result.tap_note:
+        console.print(f"note: {result.tap_note}")
