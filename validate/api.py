@@ -12,6 +12,8 @@ from eagle3_quant.calib.format import CalibrationSet, load_calibration
 from eagle3_quant.calib.taps import resolve_taps
 from eagle3_quant.validate.kernel_check import kernel_checks, run_kernel_check
 from eagle3_quant.validate.report import DEFAULT_K, REPORT_NAME, Check, Gates, ValidationReport, failed, gate, skipped
+from eagle3_quant.validate.sglang_load import CHECK as SGLANG_CHECK
+from eagle3_quant.validate.sglang_load import sglang_load_check
 from eagle3_quant.validate.structure import Fp8Artifact, read_artifact, read_reference, structure_checks
 
 from eagle3_quant.draft import DraftCheckpoint
@@ -102,13 +104,13 @@ def _sqnr(art: Fp8Artifact, reference: DraftCheckpoint | None, gates: Gates) -> 
 def validate_draft(out: str | Path, reference: str | Path | None = None, calib: str | Path | None = None,
                    report: str | Path | None = None, gates: Gates | Mapping[str, float] | None = None, *,
                    k: int = DEFAULT_K, target: str | Path | None = None, device: str | None = None, kernel: bool = True,
-                   max_samples: int | None = None) -> ValidationReport:
+                   max_samples: int | None = None, sglang: bool = True) -> ValidationReport:
     """Validate the FP8 draft OUT; write the JSON report (default OUT/validation.json) and return it.
 
     `reference`: the BF16 draft (default: the manifest's source folder if it still exists). `calib`: a
     calibration set (``eagle3-quant calibrate``) for the data checks. `target`: where to take the token
     embedding from when the draft has none (default: the calibration set's target). `k`: draft steps per chain.
-    `gates`: a Gates or a mapping of its fields.
+    `gates`: a Gates or a mapping of its fields. `sglang`: run the sglang_load check (SGLang's own loader).
     Bad inputs raise an Eagle3QuantError; a draft that fails a check returns a report with ``passed`` False.
     """
     gates = Gates.from_value(gates)
@@ -122,6 +124,7 @@ def validate_draft(out: str | Path, reference: str | Path | None = None, calib: 
         _check_calibration(cal, art)
 
     checks = structure_checks(art, ref)
+    checks.append(sglang_load_check(out) if sglang else skipped(SGLANG_CHECK, "turned off (--no-sglang)"))
     sqnr_check, layers = _sqnr(art, ref, gates)
     checks.append(sqnr_check)
     fidelity_checks, metrics = _fidelity(art, ref, cal, target, gates, k, device, max_samples)

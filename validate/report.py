@@ -10,7 +10,8 @@
       "reference": "/path/SRC" | null,       # the BF16 draft it was compared with
       "calibration": {"path", "samples", "tokens", "target"} | null,
       "gates": {"min_top1_agreement": 0.95, "min_acceptance_ratio": 0.99, "min_weight_sqnr_db": 25.0},
-      "checks": [{"name", "status": "passed" | "failed" | "skipped", "detail", ...}],
+      "checks": [{"name", "status": "passed" | "failed" | "skipped", "detail", ...}],   # sglang_load: see
+                                             # validate/sglang_load.py (layers, tensors_consumed, max_linear_rel_diff)
       "metrics": {
         "acceptance_length_bf16", "acceptance_length_fp8",   # 1 + mean accepted, greedy chains of k steps
         "acceptance_ratio",                                  # fp8 / bf16 on the same chain starts
@@ -18,7 +19,8 @@
         "per_position_acceptance_bf16", "per_position_acceptance_fp8",   # vLLM's per-position rates
         "k", "drafts",                                       # steps per chain, chains evaluated
         "top1_agreement", "kl",                              # step-0 logits, every calibration position
-        "positions", "min_weight_sqnr_db"
+        "positions", "min_weight_sqnr_db",
+        "taps": {"training", "vllm", "sglang", "notes": [...]}  # hidden_states each engine feeds (engine_taps.py)
       },
       "layers": [{"module", "role", "shape", "sqnr_db"}],    # per quantized linear (needs the reference)
       "kernel": {"status", "device", "platform", "backend", "kernels": [...], ...},   # see kernel_check.py

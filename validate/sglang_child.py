@@ -1,6 +1,6 @@
 """Child process of the `sglang_load` check: SGLang's own code builds and loads the draft; JSON comes back.
 
-``python -m eagle3_quant.validate.sglang_child ARTIFACT RESULT.json``. Path (SGLang 0.5.23):
+``python -m eagle3_quant.validate.sglang_child ARTIFACT|--probe RESULT.json``. Path (SGLang 0.5.23):
 ``ServerArgs`` + a world-size-1 gloo group -> ``ModelConfig(ARTIFACT, is_draft_model=True)`` ->
 ``_get_quantization_config`` (its ``QuarkConfig``) -> ``_initialize_model`` (``LlamaForCausalLMEagle3``) ->
 ``DefaultModelLoader.load_weights_only`` (the model's ``load_weights``) -> the parameters are compared with the
@@ -89,7 +89,12 @@ def main(argv: list[str]) -> int:
     import sglang
 
     patch_sglang()
-    result = {"sglang": sglang.__version__, "patches": list(PATCHES), **load(artifact)}
+    result = {"sglang": sglang.__version__, "patches": list(PATCHES)}
+    if artifact == "--probe":
+        import sglang.srt.model_loader.loader  # noqa: F401
+        import sglang.srt.models.llama_eagle3  # noqa: F401
+    else:
+        result.update(load(artifact))
     result["seconds"] = round(time.perf_counter() - started, 2)
     Path(result_path).write_text(json.dumps(result, indent=1) + "\n")
     return 0

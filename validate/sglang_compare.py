@@ -74,7 +74,7 @@ def compare_parameters(model, artifact: Path) -> dict:
     params = dict(model.named_parameters())
     wanted: dict[str, dict[int | None, torch.Tensor]] = {}
     sources: dict[str, list[str]] = {}
-    problems, skipped = [], []
+    problems, skipped, consumed = [], [], 0
     for name, tensor in checkpoint.items():
         if name in SKIPPED_ON_PURPOSE:
             skipped.append(name)
@@ -84,6 +84,8 @@ def compare_parameters(model, artifact: Path) -> dict:
             expected = tensor + torch.arange(tensor.shape[0])
             if hot is None or not torch.equal(hot.cpu(), expected):
                 problems.append("d2t: hot_token_id is not d2t + arange")
+            else:
+                consumed += 1
             continue
         param, shard = _target_param(name, params)
         if param not in params:
@@ -105,7 +107,7 @@ def compare_parameters(model, artifact: Path) -> dict:
     unloaded = sorted(set(params) - set(wanted))
     problems += [f"{p}: not in the checkpoint, keeps its initial value" for p in unloaded
                  if p not in FROM_TARGET and not p.endswith(("k_scale", "v_scale"))]
-    return {"checkpoint_tensors": len(checkpoint), "consumed": sum(len(s) for s in sources.values()),
+    return {"checkpoint_tensors": len(checkpoint), "consumed": consumed + sum(len(s) for s in sources.values()),
             "skipped_on_purpose": skipped, "from_target": [p for p in unloaded if p in FROM_TARGET],
             "problems": problems}
 

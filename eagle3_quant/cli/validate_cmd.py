@@ -33,6 +33,8 @@ def validate_command(
     device: Annotated[str | None, typer.Option(help="cpu, cuda, cuda:1 (default: first GPU, else CPU).")] = None,
     kernel: Annotated[bool, typer.Option("--kernel/--no-kernel", help="Run the FP8 kernel-path check.")] = True,
     max_samples: Annotated[int | None, typer.Option(help="Use at most this many calibration samples.")] = None,
+    sglang: Annotated[bool, typer.Option("--sglang/--no-sglang",
+                                         help="Run the sglang_load check (SGLang's own loader, if installed).")] = True,
     as_json: Annotated[bool, typer.Option("--json", help="Print the JSON report instead of tables.")] = False,
 ) -> None:
     """Prove an FP8 draft still works: structure, fidelity to the BF16 draft, FP8 kernel path. Exit 1 on a failed
@@ -42,7 +44,7 @@ def validate_command(
     gates = Gates(min_top1_agreement=min_top1, min_acceptance_ratio=min_acceptance_ratio,
                   min_weight_sqnr_db=min_sqnr_db)
     result = validate_draft(out, reference, calib, report, gates, k=k, target=target, device=device, kernel=kernel,
-                            max_samples=max_samples)
+                            max_samples=max_samples, sglang=sglang)
     if as_json:
         typer.echo(json.dumps(json.loads(result.report_path.read_text()), indent=2))
     else:
