@@ -21,10 +21,12 @@ $(STAMP): pyproject.toml
 # SGLang's own loader for the sglang_load check: the pure-Python wheel and its import-time deps, all --no-deps
 # (torch and transformers are never replaced; a dep already installed, e.g. by setup-vllm, is kept).
 SGLANG_SPEC ?= sglang==0.5.23
-SGLANG_DEPS ?= orjson==3.11.7 pybase64==1.4.3 pillow==12.1.1 starlette==0.52.1 msgspec==0.20.0 pyzmq==27.1.0 \
-	ipython==9.10.0 traitlets==5.14.3 apache-tvm-ffi==0.1.11 compressed-tensors==0.18.0 loguru==0.7.3 gguf==0.17.1 \
-	einops==0.8.2 openai==2.8.0 httpx==0.28.1 sniffio==1.3.1 distro==1.9.0 partial-json-parser==0.2.1.1.post7 \
-	uvicorn==0.40.0 fastapi==0.128.0 triton==3.6.0
+SGLANG_DEPS ?= orjson==3.13.0 pybase64==1.5.1 pillow==13.0.0 starlette==1.10.0 msgspec==0.23.0 pyzmq==27.3.0 \
+	ipython==9.18.1 traitlets==5.16.1 apache-tvm-ffi==0.1.11 loguru==0.7.3 gguf==0.19.0 einops==0.8.2 httpx==0.28.1 \
+	sniffio==1.3.1 distro==1.9.0 partial-json-parser==0.2.1.1.post7 uvicorn==0.54.0 triton==3.9.0 \
+	compressed-tensors==0.17.0 openai==2.25.0 fastapi==0.136.1
+# compressed-tensors, openai and fastapi: vLLM 0.33's versions (SGLang pins 0.18.0 / 2.8.0 but its load path
+# imports fine with these; fastapi >= 0.137 breaks vLLM's import): setup-vllm and setup-sglang coexist in one venv.
 SGLANG_STAMP := $(VENV)/.sglang-installed
 
 setup-sglang: $(SGLANG_STAMP)

@@ -44,6 +44,7 @@ class ValidationSummary:
     metrics: dict[str, float] = field(default_factory=dict)
     kernel: dict[str, Any] = field(default_factory=dict)
     target: str | None = None
+    taps_notes: tuple[str, ...] = ()        # serving engines that feed other layers than the draft was trained on
 
     @property
     def passed(self) -> bool:
@@ -85,7 +86,10 @@ def read_validation(out: str | Path) -> ValidationSummary:
     kernel = data.get("kernel") if isinstance(data.get("kernel"), dict) else {}
     calibration = data.get("calibration") if isinstance(data.get("calibration"), dict) else {}
     target = next((t for t in (data.get("target"), calibration.get("target")) if isinstance(t, str) and t), None)
-    common = dict(checks=checks, metrics=_finite_numbers(data.get("metrics")), kernel=kernel, target=target)
+    metrics = data.get("metrics") if isinstance(data.get("metrics"), dict) else {}
+    taps = metrics.get("taps") if isinstance(metrics.get("taps"), dict) else {}
+    notes = tuple(str(n) for n in taps.get("notes") or () if isinstance(n, str))
+    common = dict(checks=checks, metrics=_finite_numbers(metrics), kernel=kernel, target=target, taps_notes=notes)
     if data.get("passed") is not True:
         failed = [c.name for c in checks if c.status == "failed"]
         why = f"failed checks: {', '.join(failed)}" if failed else f"'passed' is {data.get('passed')!r}"
