@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import torch
-from eagle3_quant.calib.engine_taps import DEFAULT_ENGINE, TapRecord, capture_taps
+from eagle3_quant.calib.engine_taps import DEFAULT_ENGINE, Engine, TapRecord, capture_taps
 from eagle3_quant.calib.format import (
     INDEX_NAME,
     STATE_DTYPES,
@@ -34,14 +34,15 @@ from eagle3_quant.outdir import staged_output
 
 def import_calibration(dump: str | Path, draft: str | Path, out: str | Path, *, target: str | Path | None = None,
                        tap_convention: str = "auto", aux_layer_ids: list[int] | None = None, force: bool = False,
-                       verbose: bool = False, revision: str | None = None, engine: str = DEFAULT_ENGINE.value,
+                       verbose: bool = False, revision: str | None = None, engine: str | None = None,
                        shard_samples: int = 64, shard_bytes: int = 1 << 30) -> CalibrationResult:
     """Check DUMP against DRAFT (hidden size, taps, vocab, shapes) and write it as the calibration set OUT.
 
     `target` is needed for SpecForge files (its lm_head gives the next tokens) and, for a draft whose config
     names no aux layer ids, to know the default taps; when given it is also checked against the draft.
-    A calibration-format dump must hold the taps `engine` feeds the draft (or the ids/convention given);
-    SpecForge files hold the taps the draft was trained on."""
+    A calibration-format dump must hold the taps `engine` feeds the draft (or the ids/convention given); with
+    `engine` None, the engine the dump records, else any engine whose taps it holds. SpecForge files hold the
+    taps the draft was trained on; `engine` (default vllm) is recorded."""
     started = time.perf_counter()
     dump, out = Path(dump).expanduser().resolve(), Path(out).expanduser().resolve()
     draft_ckpt = read_draft(draft, revision)
@@ -49,11 +50,11 @@ def import_calibration(dump: str | Path, draft: str | Path, out: str | Path, *, 
     if spec is not None:
         check_target(spec, draft_ckpt.config, str(draft_ckpt.path))
     num_layers = spec.num_layers if spec else None
-    taps, record = capture_taps(draft_ckpt.config, num_layers, engine, tap_convention, aux_layer_ids)
     hidden, vocab = draft_ckpt.config.target_hidden_size, draft_ckpt.config.vocab_size
     check_inputs_apart(out, draft_ckpt.path)
     if (dump / INDEX_NAME).exists():
         source = load_calibration(dump)
+        taps, record = _dump_taps(draft_ckpt.config, num_layers, engine, tap_convention, aux_layer_ids, source.info)
         info = _checked_info(source.info, taps, record, hidden, dump)
         records, total = source.samples(), source.num_samples
     elif is_specforge_dump(dump):
@@ -61,8 +62,10 @@ def import_calibration(dump: str | Path, draft: str | Path, out: str | Path, *, 
             raise CalibrationDataError("SpecForge files hold the target's last hidden state, not its predictions",
                                        path=dump, hint="pass --target so its lm_head gives the next tokens")
         files = find_files(dump)
-        trained = resolve_taps(draft_ckpt.config, num_layers, tap_convention, aux_layer_ids)
-        info = _specforge_info(spec.name, trained, record, hidden, dump, files[0])
+        taps = resolve_taps(draft_ckpt.config, num_layers, tap_convention, aux_layer_ids)
+        record = capture_taps(draft_ckpt.config, num_layers, engine or DEFAULT_ENGINE, tap_convention,
+                              aux_layer_ids)[1]
+        info = _specforge_info(spec.name, taps, record, hidden, dump, files[0])
         records, total = _from_specforge(files, load_lm_head(spec.name), vocab), len(files)
     else:
         raise CalibrationDataError(f"neither a calibration set ({INDEX_NAME}) nor SpecForge data_*.ckpt files",
@@ -85,6 +88,17 @@ def import_calibration(dump: str | Path, draft: str | Path, out: str | Path, *, 
                              calib.num_tokens / seconds if seconds > 0 else 0.0, taps.indices,
                              taps.convention.value, info.dtype, set_bytes(calib), 0, calib.num_samples,
                              calib.num_tokens, seconds, 0, 0, info.source, calib.info)
+
+
+def _dump_taps(config, num_layers, engine, convention, ids, info: CalibrationInfo) -> tuple[Taps, TapRecord]:
+    """The taps a calibration-format dump must hold: the named engine's, the recorded one's, else the first
+    engine's that matches (vLLM's when none does, for the error)."""
+    recorded = TapRecord.from_extra(info.extra or {})
+    named = engine or (recorded.engine if recorded and recorded.engine in Engine.__members__ else None)
+    if named:
+        return capture_taps(config, num_layers, named, convention, ids)
+    candidates = [capture_taps(config, num_layers, e, convention, ids) for e in Engine]
+    return next((c for c in candidates if c[0].indices == tuple(info.aux_layer_ids)), candidates[0])
 
 
 def _checked_info(info: CalibrationInfo, taps: Taps, record: TapRecord, hidden: int, dump: Path) -> CalibrationInfo:

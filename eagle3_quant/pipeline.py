@@ -86,7 +86,7 @@ def run_calibrate(spec: PipelineSpec) -> str:
             raise _Skip("skipped", f"present: {existing.num_samples} samples, {existing.num_tokens} tokens")
     fn = _stage_function("calibrate_target")
     _call(fn, target=spec.target, draft=spec.source, data=c.data, out=spec.calib, revision=spec.revision,
-          num_samples=c.num_samples, seq_len=c.seq_len, **c.options)
+          num_samples=c.num_samples, seq_len=c.seq_len, engine=c.engine, **c.options)
     done = load_calibration(spec.calib)
     return f"{done.num_samples} samples, {done.num_tokens} tokens in {spec.calib}"
 

@@ -18,6 +18,7 @@ from eagle3_quant.schemes import DEFAULT_SCHEME, SCHEMES
 from eagle3_quant.source import REPO_ID
 
 PIPELINE_VERSION = 1
+ENGINES = ("vllm", "sglang")           # calib.engine_taps.Engine (the core imports no stage; a test keeps them equal)
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,7 @@ class CalibrateSpec:
     data: str | None = None            # dataset (Hub id or local path); no data: the stage is skipped
     num_samples: int = 256
     seq_len: int = 2048
+    engine: str = "vllm"               # the serving engine whose layer taps are captured: vllm or sglang
     options: dict = field(default_factory=dict)   # more keyword arguments for calibrate_target
 
 
@@ -145,6 +147,9 @@ def _check(spec: PipelineSpec, file: str | None) -> PipelineSpec:
     if spec.quantize.auto_exclude is not None and not spec.calibrate.data:
         raise PipelineSpecError("auto_exclude measures sensitivity on calibration data: set calibrate.data",
                                 path=file, field="quantize.auto_exclude")
+    if spec.calibrate.engine not in ENGINES:
+        raise PipelineSpecError(f"{spec.calibrate.engine!r} is not one of {', '.join(ENGINES)}", path=file,
+                                field="calibrate.engine")
     if spec.calibrate.data and not spec.target:
         raise PipelineSpecError("calibration runs the target model: name it", path=file, field="target")
     if spec.push.enabled:

@@ -11,7 +11,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from eagle3_quant.validate import sglang_load
 from eagle3_quant.validate.sglang_load import sglang_load_check
 

@@ -44,8 +44,9 @@ def calibrate_command(
     generate_tokens: Annotated[int | None, typer.Option(
         help="Append the target's own greedy continuation of at most this many tokens to each prompt "
              "(default 64, at most a quarter of --seq-len; 0 keeps the prompts as they are).")] = None,
-    engine: Annotated[Engine, typer.Option(
-        help="The serving engine whose layer taps are captured (they differ for SpecForge drafts).")] = Engine.vllm,
+    engine: Annotated[Engine | None, typer.Option(
+        help="The serving engine whose layer taps are captured (they differ for SpecForge drafts); default vllm "
+             "(with --from-dump: the engine the dump records, else any engine whose taps it holds).")] = None,
     tap_convention: Annotated[TapConvention, typer.Option(
         help="How the draft config counts its aux layer ids: input (EAGLE/vLLM/speculators) or output "
              "(SpecForge/ModelOpt); auto decides from the config.")] = TapConvention.auto,
@@ -73,7 +74,7 @@ def calibrate_command(
 
         result = import_calibration(from_dump, draft, out, target=target, tap_convention=tap_convention.value,
                                     aux_layer_ids=ids, force=force, verbose=True, revision=revision,
-                                    engine=engine.value)
+                                    engine=engine.value if engine else None)
     else:
         from eagle3_quant.calib.api import calibrate_target
 
@@ -82,7 +83,7 @@ def calibrate_command(
                                       num_samples=num_samples, seq_len=seq_len, seed=seed, column=column,
                                       split=split, subset=subset, min_tokens=min_tokens,
                                       generate_tokens=generate_tokens, tap_convention=tap_convention.value,
-                                      engine=engine.value,
+                                      engine=(engine or Engine.vllm).value,
                                       aux_layer_ids=ids, dtype=dtype.value, trust_remote_code=trust_remote_code)
         except KeyboardInterrupt:
             typer.echo("interrupted: the whole shards captured so far are kept; re-run the same command to resume",

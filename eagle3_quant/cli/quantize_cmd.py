@@ -43,8 +43,9 @@ def quantize_command(
     from eagle3_quant.quantize.api import quantize_draft
 
     if quantize_fc:
-        console.print("[yellow]warning:[/] --quantize-fc: SGLang's Eagle3 loader keeps fc as a plain Linear and "
-                      "cannot load a quantized fc; vLLM can.")
+        console.print("[yellow]warning:[/] --quantize-fc: vLLM only. SGLang's Eagle3 loader keeps fc as a plain "
+                      "nn.Linear: it casts the FP8 weight and drops fc.weight_scale, silently (`validate` fails "
+                      "its sglang_load check on such a draft).")
     result = quantize_draft(src, out, scheme.value, exclude, device.value if device else None,
                             quantize_fc=quantize_fc, force=force, revision=revision, calib=calib,
                             auto_exclude=auto_exclude, verbose=verbose, allow_pickle=allow_pickle)
