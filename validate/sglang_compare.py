@@ -95,6 +95,8 @@ def compare_parameters(model, artifact: Path) -> dict:
         sources.setdefault(param, []).append(name)
     for param, parts in wanted.items():
         expected, loaded = _expected(parts), params[param].detach().cpu()
+        if expected.numel() == loaded.numel() == 1:       # per-tensor scales: SGLang keeps a scalar as [1]
+            expected = expected.reshape(loaded.shape)
         what = ", ".join(sources[param])
         if loaded.dtype != expected.dtype:
             problems.append(f"{param}: holds {str(loaded.dtype).removeprefix('torch.')}, the checkpoint's {what} "
@@ -165,6 +167,8 @@ def _ours(checkpoint: dict[str, torch.Tensor], module_path: str, roles: tuple[st
         if len(names) != 1:
             return None
         stem = names[0].removesuffix(".weight")
+        if f"{stem}.weight_scale" not in checkpoint:
+            return None
         layers.append(Fp8Linear(checkpoint[f"{stem}.weight"], checkpoint[f"{stem}.weight_scale"].reshape(-1),
                                 checkpoint.get(f"{stem}.input_scale")))
     if len(layers) > 1:
