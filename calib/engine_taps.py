@@ -81,11 +81,12 @@ class TapRecord:
     engine_indices: tuple[int, ...]
     training_indices: tuple[int, ...] | None
     override: bool = False          # the user named the ids or the convention: the set holds those
+    training_convention: str | None = None   # how the config's ids count (output: SpecForge, input: speculators)
 
     def extra(self) -> dict:
         return {"engine": self.engine, "engine_aux_layer_ids": list(self.engine_indices),
                 "training_aux_layer_ids": None if self.training_indices is None else list(self.training_indices),
-                "taps_override": self.override}
+                "training_convention": self.training_convention, "taps_override": self.override}
 
     @property
     def note(self) -> str | None:
@@ -97,13 +98,15 @@ class TapRecord:
             return None
         training = extra.get("training_aux_layer_ids")
         return cls(extra["engine"], tuple(extra["engine_aux_layer_ids"]),
-                   None if training is None else tuple(training), bool(extra.get("taps_override")))
+                   None if training is None else tuple(training), bool(extra.get("taps_override")),
+                   extra.get("training_convention"))
 
 
 def tap_record(config: DraftConfig, num_layers: int | None, engine: Engine | str) -> TapRecord:
     trained = training_taps(config, num_layers)
     return TapRecord(Engine(engine).value, engine_taps(config, num_layers, engine).indices,
-                     None if trained is None else trained.indices)
+                     None if trained is None else trained.indices, False,
+                     None if trained is None else trained.convention.value)
 
 
 def capture_taps(config: DraftConfig, num_layers: int | None, engine: Engine | str,
@@ -113,7 +116,8 @@ def capture_taps(config: DraftConfig, num_layers: int | None, engine: Engine | s
     override = ids is not None or TapConvention(convention) is not TapConvention.auto
     taps = resolve_taps(config, num_layers, convention, ids) if override else engine_taps(config, num_layers, engine)
     record = tap_record(config, num_layers, engine)
-    return taps, TapRecord(record.engine, record.engine_indices, record.training_indices, override)
+    return taps, TapRecord(record.engine, record.engine_indices, record.training_indices, override,
+                           record.training_convention)
 
 
 def served_taps(config: DraftConfig, num_layers: int | None = None) -> dict:

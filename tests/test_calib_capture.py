@@ -120,6 +120,7 @@ def test_default_engine_vllm_reads_nested_ids_as_layer_inputs(tiny_target, tiny_
     extra = result.info.extra
     assert extra["engine"] == "vllm" and extra["engine_aux_layer_ids"] == DRAFT_IDS
     assert extra["training_aux_layer_ids"] == list(TAPS) and extra["taps_override"] is False
+    assert extra["training_convention"] == "output" and extra["tap_convention"] == "input"
     assert result.tap_note == ("vllm feeds this draft hidden_states[0, 1, 2], but its config says it was trained on "
                                "hidden_states[1, 2, 3]: acceptance under vllm may be lower than trained")
     sample = next(load_calibration(result.path).samples())
