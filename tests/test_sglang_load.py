@@ -142,3 +142,10 @@ def test_per_shard_patterns_load_the_fused_layer_fp8(judged, artifacts, tmp_path
     assert check.status == "failed"
     assert "model.qkv_proj: SGLang builds it FP8 (QuarkLinearMethod + QuarkW8A8Fp8) over the checkpoint's BF16" \
         in check.detail
+
+
+def test_setup_installs_only_what_is_missing_and_never_torch():
+    from eagle3_quant.validate.engine_install import to_install
+
+    todo = to_install("pytest==0.0.1", ["torch==1.0", "transformers==1.0", "ruff==0.0.1", "no-such-dist-xyz==1.0"])
+    assert todo == ["pytest==0.0.1", "no-such-dist-xyz==1.0"]   # the engine at its exact version; ruff kept as is
