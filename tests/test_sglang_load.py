@@ -149,3 +149,12 @@ def test_setup_installs_only_what_is_missing_and_never_torch():
 
     todo = to_install("pytest==0.0.1", ["torch==1.0", "transformers==1.0", "ruff==0.0.1", "no-such-dist-xyz==1.0"])
     assert todo == ["pytest==0.0.1", "no-such-dist-xyz==1.0"]   # the engine at its exact version; ruff kept as is
+
+
+@pytest.mark.parametrize(("fmt", "why"), [("speculators", "no model_type: a speculators config"),
+                                          ("eagle", "builds the class the config names (LlamaForCausalLM)")])
+def test_formats_sglang_cannot_build_are_skipped_with_the_reason(make_draft, fmt, why):
+    from eagle3_quant.formats import DraftFormat
+
+    check = sglang_load_check(make_draft(DraftFormat(fmt)))      # measured: SGLang's own loader raises on both
+    assert check.status == "skipped" and why in check.detail and "LlamaForCausalLMEagle3" in check.detail

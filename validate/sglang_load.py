@@ -37,6 +37,25 @@ def sglang_missing() -> str | None:
     return INSTALL_HINT if importlib.util.find_spec("sglang") is None else None
 
 
+SGLANG_DRAFT_CLASS = "LlamaForCausalLMEagle3"
+
+
+def unsupported_format(artifact: Path) -> str | None:
+    """Why SGLang 0.5.23 cannot build this draft whatever its quantization (the check then does not run)."""
+    try:
+        config = json.loads((artifact / "config.json").read_text())
+    except (OSError, ValueError):
+        return None                  # the child reports what SGLang makes of it
+    if "model_type" not in config:
+        return ("SGLang 0.5.23 cannot read this config (no model_type: a speculators config); it serves Llama "
+                f"Eagle3 drafts whose config names {SGLANG_DRAFT_CLASS}")
+    arch = (config.get("architectures") or ["?"])[0]
+    if arch != SGLANG_DRAFT_CLASS:
+        return (f"SGLang 0.5.23 builds the class the config names ({arch}), not an Eagle3 draft; it serves Llama "
+                f"Eagle3 drafts whose config names {SGLANG_DRAFT_CLASS}")
+    return None
+
+
 def _child_env() -> dict:
     env = dict(os.environ, PYTHONWARNINGS="ignore", SGLANG_LOGGING_LEVEL="error", TOKENIZERS_PARALLELISM="false")
     env.setdefault("OMP_NUM_THREADS", "2")
@@ -84,7 +103,7 @@ def _summary(result: dict) -> dict:
 
 
 def sglang_load_check(artifact: str | Path, timeout: float = TIMEOUT_S) -> Check:
-    reason = sglang_missing()
+    reason = unsupported_format(Path(artifact)) or sglang_missing()
     if reason:
         return skipped(CHECK, reason)
     result = run_sglang([str(Path(artifact).resolve())], timeout)
