@@ -83,7 +83,7 @@ def problems(result: dict) -> list[str]:
     for row in result["linears"]:
         if row.get("problem"):
             found.append(f"{row['module']}: {row['problem']}")
-        elif row["max_abs_diff"] > LINEAR_TOLERANCE * max(row["max_abs"], 1e-30):
+        elif not row["max_abs_diff"] <= LINEAR_TOLERANCE * max(row["max_abs"], 1e-30):   # NaN fails too
             found.append(f"{row['module']}: SGLang's FP8 linear differs from the runtime by {row['max_abs_diff']:.3g} "
                          f"(max |output| {row['max_abs']:.3g})")
     return found
