@@ -10,7 +10,7 @@ STAMP := $(VENV)/.eagle3-quant-installed
 VLLM_STAMP := $(VENV)/.eagle3-quant-vllm-installed
 DEMO_DIR ?= demo-out
 
-.PHONY: setup setup-vllm test test-fast lint demo bench bench-vllm clean
+.PHONY: setup setup-vllm setup-sglang test test-fast lint demo bench bench-vllm clean
 
 setup: $(STAMP)
 
@@ -26,7 +26,27 @@ $(VLLM_STAMP): $(STAMP) requirements-vllm.txt
 	$(BIN)/pip install -q --no-deps -r requirements-vllm.txt
 	touch $(VLLM_STAMP)
 
-test: setup setup-vllm
+# SGLang's own loader for the sglang_load check: the pure-Python wheel and its import-time deps, all --no-deps
+# (torch and transformers are never replaced; a dep already installed, e.g. by setup-vllm, is kept).
+SGLANG_SPEC ?= sglang==0.5.23
+SGLANG_DEPS ?= orjson==3.13.0 pybase64==1.5.1 pillow==13.0.0 starlette==1.10.0 msgspec==0.23.0 pyzmq==27.3.0 \
+	ipython==9.18.1 traitlets==5.16.1 apache-tvm-ffi==0.1.11 loguru==0.7.3 gguf==0.19.0 einops==0.8.2 httpx==0.28.1 \
+	sniffio==1.3.1 distro==1.9.0 partial-json-parser==0.2.1.1.post7 uvicorn==0.54.0 triton==3.9.0 \
+	compressed-tensors==0.17.0 openai==3.57.0 fastapi==0.136.3
+# Every dep shared with vLLM 0.33 has the version of requirements-vllm.txt (engines-vllm branch), checked with
+# both engines installed in one venv: compressed-tensors, openai and fastapi are vLLM's (SGLang pins
+# compressed-tensors 0.18.0 and openai 2.8.0, but its load path imports fine with these; fastapi >= 0.137
+# breaks vLLM's import).
+SGLANG_STAMP := $(VENV)/.sglang-installed
+
+setup-sglang: $(SGLANG_STAMP)
+
+$(SGLANG_STAMP): $(STAMP)
+	$(BIN)/python -m eagle3_quant.validate.engine_install $(SGLANG_SPEC) $(SGLANG_DEPS)
+	$(BIN)/python -m eagle3_quant.validate.sglang_load --probe
+	touch $(SGLANG_STAMP)
+
+test: setup setup-vllm setup-sglang
 	$(BIN)/python -m pytest -q
 
 test-fast: setup

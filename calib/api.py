@@ -5,12 +5,13 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from eagle3_quant.calib.engine_taps import TapRecord, capture_taps
 from eagle3_quant.calib.format import CalibrationInfo, load_calibration
 from eagle3_quant.calib.options import CalibrationOptions
 from eagle3_quant.calib.prompts import PromptSpec, sample_prompts
 from eagle3_quant.calib.result import CalibrationResult, estimate_bytes, set_bytes
 from eagle3_quant.calib.staging import ResumableOutput, check_inputs_apart, finished_set
-from eagle3_quant.calib.taps import Taps, resolve_taps
+from eagle3_quant.calib.taps import Taps
 from eagle3_quant.calib.target import check_target, load_model, load_tokenizer, read_target
 
 from eagle3_quant.options import build_options
@@ -39,13 +40,14 @@ def calibrate_target(target: str | Path, draft: str | Path, data: str | Path, ou
     spec = read_target(target, opts.trust_remote_code)
     check_inputs_apart(out, draft_ckpt.path, Path(spec.name))
     check_target(spec, draft_ckpt.config, str(draft_ckpt.path))
-    taps = resolve_taps(draft_ckpt.config, spec.num_layers, opts.tap_convention, opts.aux_layer_ids)
+    taps, record = capture_taps(draft_ckpt.config, spec.num_layers, opts.engine, opts.tap_convention,
+                                opts.aux_layer_ids)
     tokenizer = load_tokenizer(spec, opts.trust_remote_code)
     prompt_spec = PromptSpec(_data_name(data), opts.num_samples, opts.seq_len, opts.seed, opts.column, opts.split,
                              opts.subset, opts.min_tokens, opts.generate_tokens)
     prompts = sample_prompts(prompt_spec, tokenizer)
     dtype = spec.dtype if opts.dtype == "auto" else opts.dtype
-    info = _info(spec.name, draft_ckpt.source.describe(), taps, spec.hidden_size, dtype, prompt_spec,
+    info = _info(spec.name, draft_ckpt.source.describe(), taps, record, spec.hidden_size, dtype, prompt_spec,
                  prompts.column.name, prompts.fingerprint())
 
     done = finished_set(out, info, force)
@@ -58,8 +60,8 @@ def calibrate_target(target: str | Path, draft: str | Path, data: str | Path, ou
     writer = target_output.open()
     try:
         resumed = writer.count
-        progress.say(_plan_text(spec, taps, prompts, max_tokens, estimate_bytes(max_tokens, spec.hidden_size, dtype),
-                                resumed, target_output.staging))
+        est_bytes = estimate_bytes(max_tokens, spec.hidden_size, dtype)
+        progress.say(_plan_text(spec, taps, record, prompts, max_tokens, est_bytes, resumed, target_output.staging))
         captured = _capture(spec, taps, dtype, opts, tokenizer, prompts.prompts[resumed:], writer, progress,
                             len(prompts.prompts), resumed)
         target_output.finish(writer)
@@ -90,22 +92,26 @@ def _capture(spec, taps: Taps, dtype: str, opts: CalibrationOptions, tokenizer, 
     return len(todo), tokens, time.perf_counter() - start, generated, cut
 
 
-def _info(target: str, draft: str, taps: Taps, hidden: int, dtype: str, spec: PromptSpec, column: str,
-          fingerprint: str) -> CalibrationInfo:
+def _info(target: str, draft: str, taps: Taps, record: TapRecord, hidden: int, dtype: str, spec: PromptSpec,
+          column: str, fingerprint: str) -> CalibrationInfo:
     extra = {"draft": draft, "tap_convention": taps.convention.value, "draft_aux_layer_ids": list(taps.ids),
+             **record.extra(),
              "column": column, "split": spec.split, "subset": spec.subset, "num_samples": spec.num_samples,
              "seq_len": spec.seq_len, "seed": spec.seed, "min_tokens": spec.min_tokens,
              "generate_tokens": spec.generate_tokens, "prompts_sha256": fingerprint}
     return CalibrationInfo(target, taps.indices, hidden, dtype, spec.data, extra)
 
 
-def _plan_text(spec, taps: Taps, prompts, max_tokens: int, est_bytes: int, resumed: int, staging: Path) -> str:
+def _plan_text(spec, taps: Taps, record: TapRecord, prompts, max_tokens: int, est_bytes: int, resumed: int,
+               staging: Path) -> str:
     lines = [f"target {spec.name}: {spec.architecture}, {spec.num_layers} layers, hidden {spec.hidden_size}",
              f"taps hidden_states{list(taps.indices)} (draft ids {list(taps.ids)}, {taps.convention.value} "
              f"convention, from {taps.origin})",
              f"{len(prompts.prompts)} prompts from {prompts.dataset_rows} rows of column {prompts.column.name!r} "
              f"({prompts.rows_skipped} skipped as too short, {prompts.truncated} truncated); up to {max_tokens:,} "
              f"tokens, about {human_bytes(est_bytes)} on disk"]
+    if record.note:
+        lines.append(record.note)
     if resumed:
         lines.append(f"resuming an interrupted run at sample {resumed} ({staging})")
     return "\n".join(lines)

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import torch
+from eagle3_quant.calib.engine_taps import DEFAULT_ENGINE, Engine, TapRecord, capture_taps
 from eagle3_quant.calib.format import (
     INDEX_NAME,
     STATE_DTYPES,
@@ -40,29 +41,36 @@ def import_calibration(dump: str | Path, draft: str | Path, out: str | Path, opt
 
     `options`: an `ImportOptions`; keywords override its fields. Its `target` is needed for SpecForge files (its
     lm_head gives the next tokens) and, for a draft whose config names no aux layer ids, to know the default
-    taps; when given it is also checked against the draft."""
+    taps; when given it is also checked against the draft. A calibration-format dump must hold the taps `engine`
+    feeds the draft (or the ids/convention given); with `engine` None, the engine the dump records, else any
+    engine whose taps it holds. SpecForge files hold the taps the draft was trained on; `engine` (default vllm) is
+    recorded."""
     opts = build_options(ImportOptions, options, overrides)
     target, tap_convention, aux_layer_ids, force = opts.target, opts.tap_convention, opts.aux_layer_ids, opts.force
-    shard_samples, shard_bytes = opts.shard_samples, opts.shard_bytes
+    shard_samples, shard_bytes, engine = opts.shard_samples, opts.shard_bytes, opts.engine
     started = time.perf_counter()
     dump, out = Path(dump).expanduser().resolve(), Path(out).expanduser().resolve()
     draft_ckpt = read_draft(draft, opts.revision)
     spec = read_target(target) if target is not None else None
     if spec is not None:
         check_target(spec, draft_ckpt.config, str(draft_ckpt.path))
-    taps = resolve_taps(draft_ckpt.config, spec.num_layers if spec else None, tap_convention, aux_layer_ids)
+    num_layers = spec.num_layers if spec else None
     hidden, vocab = draft_ckpt.config.target_hidden_size, draft_ckpt.config.vocab_size
     check_inputs_apart(out, draft_ckpt.path)
     if (dump / INDEX_NAME).exists():
         source = load_calibration(dump)
-        info = _checked_info(source.info, taps, hidden, dump)
+        taps, record = _dump_taps(draft_ckpt.config, num_layers, engine, tap_convention, aux_layer_ids, source.info)
+        info = _checked_info(source.info, taps, record, hidden, dump)
         records, total = source.samples(), source.num_samples
     elif is_specforge_dump(dump):
         if spec is None:
             raise CalibrationDataError("SpecForge files hold the target's last hidden state, not its predictions",
                                        path=dump, hint="pass --target so its lm_head gives the next tokens")
         files = find_files(dump)
-        info = _specforge_info(spec.name, taps, hidden, dump, files[0])
+        taps = resolve_taps(draft_ckpt.config, num_layers, tap_convention, aux_layer_ids)
+        record = capture_taps(draft_ckpt.config, num_layers, engine or DEFAULT_ENGINE, tap_convention,
+                              aux_layer_ids)[1]
+        info = _specforge_info(spec.name, taps, record, hidden, dump, files[0])
         records, total = _from_specforge(files, load_lm_head(spec.name), vocab), len(files)
     else:
         raise CalibrationDataError(f"neither a calibration set ({INDEX_NAME}) nor SpecForge data_*.ckpt files",
@@ -87,7 +95,18 @@ def import_calibration(dump: str | Path, draft: str | Path, out: str | Path, opt
                              calib.num_tokens, seconds, 0, 0, info.source, calib.info)
 
 
-def _checked_info(info: CalibrationInfo, taps: Taps, hidden: int, dump: Path) -> CalibrationInfo:
+def _dump_taps(config, num_layers, engine, convention, ids, info: CalibrationInfo) -> tuple[Taps, TapRecord]:
+    """The taps a calibration-format dump must hold: the named engine's, the recorded one's, else the first
+    engine's that matches (vLLM's when none does, for the error)."""
+    recorded = TapRecord.from_extra(info.extra or {})
+    named = engine or (recorded.engine if recorded and recorded.engine in Engine.__members__ else None)
+    if named:
+        return capture_taps(config, num_layers, named, convention, ids)
+    candidates = [capture_taps(config, num_layers, e, convention, ids) for e in Engine]
+    return next((c for c in candidates if c[0].indices == tuple(info.aux_layer_ids)), candidates[0])
+
+
+def _checked_info(info: CalibrationInfo, taps: Taps, record: TapRecord, hidden: int, dump: Path) -> CalibrationInfo:
     if info.target_hidden_size != hidden:
         raise TargetMismatchError(f"the dump holds states of hidden size {info.target_hidden_size}, the draft "
                                   f"expects {hidden}", path=dump, field="target_hidden_size")
@@ -100,15 +119,16 @@ def _checked_info(info: CalibrationInfo, taps: Taps, hidden: int, dump: Path) ->
         raise CalibrationDataError(f"dtype {info.dtype!r} is not one of {', '.join(STATE_DTYPES)}", path=dump,
                                    field="dtype")
     return CalibrationInfo(info.target, info.aux_layer_ids, info.target_hidden_size, info.dtype, info.source,
-                           {**info.extra, "imported_from": str(dump)})
+                           {**info.extra, **record.extra(), "imported_from": str(dump)})
 
 
-def _specforge_info(target: str, taps: Taps, hidden: int, dump: Path, first: Path) -> CalibrationInfo:
+def _specforge_info(target: str, taps: Taps, record: TapRecord, hidden: int, dump: Path,
+                    first: Path) -> CalibrationInfo:
     dtype = str(read_record(first).aux_hidden_state.dtype).removeprefix("torch.")
     return CalibrationInfo(target, taps.indices, hidden, dtype if dtype in STATE_DTYPES else "float32",
                            f"specforge:{dump}", {"imported_from": str(dump), "format": "specforge-offline",
                                                  "tap_convention": taps.convention.value,
-                                                 "draft_aux_layer_ids": list(taps.ids),
+                                                 "draft_aux_layer_ids": list(taps.ids), **record.extra(),
                                                  "taps_note": "SpecForge files do not record their taps: "
                                                               "assumed to be the draft's"})
 

@@ -4,21 +4,29 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from eagle3_quant.calib.engine_taps import DEFAULT_ENGINE, Engine
 from eagle3_quant.calib.taps import TapConvention
 from eagle3_quant.calib.target import DTYPE_NAMES
 
 from eagle3_quant.errors import CalibrationDataError
 from eagle3_quant.options import option
 
+DEFAULT_GENERATE_TOKENS = 64
 TAPS_HELP = ("How the draft config counts its aux layer ids: input (EAGLE/vLLM/speculators) or output "
              "(SpecForge/ModelOpt); auto decides from the config.")
 IDS_HELP = "Override the draft's aux layer ids, e.g. 2,16,29 (input convention unless tap_convention is output)."
 
 
-def _check_taps(tap_convention: str, aux_layer_ids) -> tuple[int, ...] | None:
+def default_generate_tokens(seq_len: int) -> int:
+    return min(DEFAULT_GENERATE_TOKENS, seq_len // 4)
+
+
+def _check_taps(tap_convention: str, aux_layer_ids, engine: str | None) -> tuple[int, ...] | None:
     if tap_convention not in TapConvention.__members__:
         raise CalibrationDataError(f"{tap_convention!r} is not one of {', '.join(TapConvention.__members__)}",
                                    field="tap_convention")
+    if engine is not None and engine not in Engine.__members__:
+        raise CalibrationDataError(f"{engine!r} is not one of {', '.join(Engine.__members__)}", field="engine")
     return None if aux_layer_ids is None else tuple(int(i) for i in aux_layer_ids)
 
 
@@ -31,8 +39,11 @@ class CalibrationOptions:
     split: str = option("train", "Dataset split.")
     subset: str | None = option(None, "Dataset configuration name.")
     min_tokens: int = option(16, "Skip prompts shorter than this.")
-    generate_tokens: int = option(0, "Append the target's own greedy continuation of this many tokens to each "
-                                     "prompt.")
+    generate_tokens: int | None = option(
+        None, f"Append the target's own greedy continuation of at most this many tokens to each prompt (default "
+              f"{DEFAULT_GENERATE_TOKENS}, at most a quarter of seq_len; 0 keeps the prompts as they are).")
+    engine: str = option(DEFAULT_ENGINE.value, "The serving engine whose layer taps are captured (vllm or sglang; "
+                                               "they differ for drafts that count their ids as layer outputs).")
     tap_convention: str = option(TapConvention.auto.value, TAPS_HELP)
     aux_layer_ids: tuple[int, ...] | None = option(None, IDS_HELP)
     dtype: str = option("auto", "Run the target and store the states in this dtype (auto: the target's dtype).")
@@ -47,10 +58,12 @@ class CalibrationOptions:
         for name in ("num_samples", "seq_len", "shard_samples", "shard_bytes"):
             if getattr(self, name) < 1:
                 raise CalibrationDataError(f"must be at least 1, got {getattr(self, name)}", field=name)
+        if self.generate_tokens is None:
+            object.__setattr__(self, "generate_tokens", default_generate_tokens(self.seq_len))
         for name in ("min_tokens", "generate_tokens"):
             if getattr(self, name) < 0:
                 raise CalibrationDataError(f"must not be negative, got {getattr(self, name)}", field=name)
-        object.__setattr__(self, "aux_layer_ids", _check_taps(self.tap_convention, self.aux_layer_ids))
+        object.__setattr__(self, "aux_layer_ids", _check_taps(self.tap_convention, self.aux_layer_ids, self.engine))
         if self.dtype not in ("auto", *DTYPE_NAMES):
             raise CalibrationDataError(f"{self.dtype!r} is not one of auto, {', '.join(DTYPE_NAMES)}", field="dtype")
 
@@ -59,6 +72,8 @@ class CalibrationOptions:
 class ImportOptions:
     target: str | None = option(None, "Target model folder or Hub id: needed for SpecForge files (its lm_head "
                                       "gives the next tokens) and for default taps; checked against the draft.")
+    engine: str | None = option(None, "The serving engine whose taps the dump must hold (default: the engine the "
+                                      "dump records, else any engine whose taps it holds; SpecForge files: vllm).")
     tap_convention: str = option(TapConvention.auto.value, TAPS_HELP)
     aux_layer_ids: tuple[int, ...] | None = option(None, IDS_HELP)
     force: bool = option(False, "Replace OUT if it exists.", pipeline=False)
@@ -67,7 +82,7 @@ class ImportOptions:
     shard_bytes: int = option(1 << 30, "Bytes per shard file at most.", pipeline=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "aux_layer_ids", _check_taps(self.tap_convention, self.aux_layer_ids))
+        object.__setattr__(self, "aux_layer_ids", _check_taps(self.tap_convention, self.aux_layer_ids, self.engine))
         for name in ("shard_samples", "shard_bytes"):
             if getattr(self, name) < 1:
                 raise CalibrationDataError(f"must be at least 1, got {getattr(self, name)}", field=name)

@@ -30,6 +30,14 @@ class CalibrationResult:
     source: str
     info: CalibrationInfo
 
+    @property
+    def tap_note(self) -> str | None:
+        """One line when the serving engine feeds other layers than the draft was trained on."""
+        from eagle3_quant.calib.engine_taps import TapRecord
+
+        record = TapRecord.from_extra(self.info.extra or {})
+        return record.note if record else None
+
 
 def set_bytes(calib: CalibrationSet) -> int:
     return sum((calib.path / s["file"]).stat().st_size for s in calib.shards)

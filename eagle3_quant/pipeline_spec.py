@@ -22,6 +22,7 @@ from eagle3_quant.schemes import DEFAULT_SCHEME, SCHEMES
 from eagle3_quant.validate.options import ValidateOptions
 
 PIPELINE_VERSION = 1
+ENGINES = ("vllm", "sglang")           # calib.engine_taps.Engine (the core imports no stage; a test keeps them equal)
 
 
 def _section(name: str, options: type, extra: list[tuple[str, Any, Any]]) -> type:
@@ -144,6 +145,9 @@ def _check(spec: PipelineSpec, file: str | None) -> PipelineSpec:
     if spec.quantize.auto_exclude is not None and not spec.calibrate.data:
         raise PipelineSpecError("auto_exclude measures sensitivity on calibration data: set calibrate.data",
                                 path=file, field="quantize.auto_exclude")
+    if spec.calibrate.engine not in ENGINES:
+        raise PipelineSpecError(f"{spec.calibrate.engine!r} is not one of {', '.join(ENGINES)}", path=file,
+                                field="calibrate.engine")
     if spec.calibrate.data and not spec.target:
         raise PipelineSpecError("calibration runs the target model: name it", path=file, field="target")
     if spec.push.enabled:

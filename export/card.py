@@ -106,6 +106,10 @@ def _calibration_text(manifest: Manifest) -> str:
     return "none: no data needed (weight scales from the weights, activation scales per token at run time)"
 
 
+def _sglang_check(validation: ValidationSummary):
+    return next((c for c in validation.checks if c.name == "sglang_load"), None)
+
+
 def _recorded_command(argv: list[str] | None) -> str:
     """The quantize command as typed, when it was the CLI (an API call records the host program instead)."""
     return " ".join(argv) if argv and argv[0].startswith("eagle3-quant") else ""
@@ -153,7 +157,9 @@ def build_card(out: str | Path, repo_id: str | None = None, *, target: str | Non
                                                         "huggingface_hub") if k in versions),
         layers=layers, fc_quantized=any(d.role == "fc" for d in quantized),
         validation_headline=_headline(validation), metric_rows=_metric_rows(validation),
-        checks=validation.checks, pipeline=pipeline,
+        checks=validation.checks, pipeline=pipeline, sglang=_sglang_check(validation),
+        vllm_taps_notes=[n for n in validation.taps_notes if n.startswith("vllm ")],
+        sglang_taps_notes=[n for n in validation.taps_notes if n.startswith("sglang ")],
         reproduce=_reproduce(source, scheme.name, layers, repo_id),
         recorded_command=_recorded_command(manifest.command), device=manifest.device,
         outputs=manifest.outputs, inputs=manifest.inputs, calibration_text=_calibration_text(manifest),

@@ -9,8 +9,8 @@ from eagle3_quant.calib.format import load_calibration
 from eagle3_quant.errors import TargetMismatchError
 from fixtures.synthetic import DraftShape, write_synthetic_draft
 
-TAPS = tuple(i + 1 for i in DRAFT_IDS)   # SpecForge ids nested in eagle_config count layer outputs
-SMALL = {"num_samples": 5, "seq_len": 48, "min_tokens": 4}
+TAPS = tuple(i + 1 for i in DRAFT_IDS)   # SpecForge ids nested in eagle_config count layer outputs (SGLang's taps)
+SMALL = {"num_samples": 5, "seq_len": 48, "min_tokens": 4, "generate_tokens": 0}
 
 
 def layer_inputs(model, ids: torch.Tensor, layers: tuple[int, ...]) -> dict[int, torch.Tensor]:
@@ -32,8 +32,8 @@ def layer_inputs(model, ids: torch.Tensor, layers: tuple[int, ...]) -> dict[int,
 
 def test_stored_states_are_the_inputs_of_the_tapped_layers(tiny_target, tiny_draft, chat_jsonl, target_model,
                                                             tmp_path):
-    result = calibrate_target(tiny_target, tiny_draft, chat_jsonl, tmp_path / "cal", **SMALL)
-    assert result.taps == TAPS and result.tap_convention == "output"
+    result = calibrate_target(tiny_target, tiny_draft, chat_jsonl, tmp_path / "cal", engine="sglang", **SMALL)
+    assert result.taps == TAPS and result.tap_convention == "output" and result.tap_note is None
     assert result.samples == 5 and result.captured_samples == 5 and result.resumed_samples == 0
     calib = load_calibration(tmp_path / "cal")
     assert calib.info.aux_layer_ids == TAPS and calib.info.target_hidden_size == TARGET.hidden
@@ -110,4 +110,27 @@ def test_draft_with_other_vocab_is_refused(tiny_target, chat_jsonl, tmp_path):
 def test_taps_past_the_last_layer_are_refused(tiny_target, chat_jsonl, tmp_path):
     draft = write_synthetic_draft(tmp_path / "d", DRAFT, aux_layer_ids=[1, 2, 3])   # output of layer 3 = past the end
     with pytest.raises(ValueError, match=r"layer id 3 \(output convention.*hidden_states\[4\].*0\.\.3"):
-        calibrate_target(tiny_target, draft, chat_jsonl, tmp_path / "cal", **SMALL)
+        calibrate_target(tiny_target, draft, chat_jsonl, tmp_path / "cal", engine="sglang", **SMALL)
+
+
+def test_default_engine_vllm_reads_nested_ids_as_layer_inputs(tiny_target, tiny_draft, chat_jsonl, target_model,
+                                                              tmp_path):
+    result = calibrate_target(tiny_target, tiny_draft, chat_jsonl, tmp_path / "cal", **{**SMALL, "num_samples": 2})
+    assert result.taps == tuple(DRAFT_IDS)                      # vLLM 0.33: nested id L = hidden_states[L]
+    extra = result.info.extra
+    assert extra["engine"] == "vllm" and extra["engine_aux_layer_ids"] == DRAFT_IDS
+    assert extra["training_aux_layer_ids"] == list(TAPS) and extra["taps_override"] is False
+    assert extra["training_convention"] == "output" and extra["tap_convention"] == "input"
+    assert result.tap_note == ("vllm feeds this draft hidden_states[0, 1, 2], but its config says it was trained on "
+                               "hidden_states[1, 2, 3]: acceptance under vllm may be lower than trained")
+    sample = next(load_calibration(result.path).samples())
+    expected = layer_inputs(target_model, sample.input_ids, tuple(DRAFT_IDS))
+    torch.testing.assert_close(sample.aux_hidden_states, torch.cat([expected[k] for k in DRAFT_IDS], -1),
+                               rtol=0, atol=1e-6)
+
+
+def test_default_options_append_the_targets_continuation(tiny_target, tiny_draft, chat_jsonl, tmp_path):
+    result = calibrate_target(tiny_target, tiny_draft, chat_jsonl, tmp_path / "cal", num_samples=2, seq_len=48,
+                              min_tokens=4)
+    assert result.info.extra["generate_tokens"] == 12           # 64, at most a quarter of seq_len
+    assert all(s.generated_from is not None for s in load_calibration(result.path).samples())

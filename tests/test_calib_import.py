@@ -23,7 +23,8 @@ class NotATensor:
 @pytest.fixture(scope="module")
 def captured(tiny_target, tiny_draft, chat_jsonl, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("captured") / "cal"
-    calibrate_target(tiny_target, tiny_draft, chat_jsonl, out, num_samples=4, seq_len=40, min_tokens=4)
+    calibrate_target(tiny_target, tiny_draft, chat_jsonl, out, num_samples=4, seq_len=40, min_tokens=4,
+                     generate_tokens=0, engine="sglang")        # SGLang feeds a SpecForge draft its trained taps
     return out
 
 
@@ -103,3 +104,11 @@ def test_cli_from_dump(captured, tiny_target, tiny_draft, tmp_path, capsys):
         main(["calibrate", str(tmp_path / "o2"), "--draft", str(tiny_draft), "--from-dump", str(tmp_path / "nope")])
     err = capsys.readouterr().err
     assert code.value.code == 2 and "neither a calibration set" in err and err.count("\n") == 1
+
+
+def test_dump_records_its_engine_and_another_engine_is_refused(captured, tiny_draft, tmp_path):
+    result = import_calibration(captured, tiny_draft, tmp_path / "out")        # the dump records engine sglang
+    assert result.taps == (1, 2, 3) and result.info.extra["engine"] == "sglang" and result.tap_note is None
+    with pytest.raises(TargetMismatchError, match=r"holds hidden_states\[1, 2, 3\], the draft reads "
+                                                  r"hidden_states\[0, 1, 2\].*as vllm reads it"):
+        import_calibration(captured, tiny_draft, tmp_path / "o2", engine="vllm")

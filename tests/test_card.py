@@ -143,3 +143,24 @@ def test_card_cli_prints_or_writes(make_out, capsys):
         main(["card", str(out), "--repo-id", "org/x-fp8"])
     assert exit_info.value.code == 0 and "validation passed" in capsys.readouterr().out
     assert printed == (out / "README.md").read_text() + "\n"  # echo adds one newline to the same text
+
+
+@pytest.mark.slow
+def test_card_sglang_section_quotes_the_sglang_load_check_and_taps_notes(make_out):
+    sglang_note = "sglang feeds this draft hidden_states[2, 4, 5], but its config says it was trained on " \
+                  "hidden_states[1, 3, 6]: acceptance under sglang may be lower than trained"
+    passed = {"name": "sglang_load", "status": "passed",
+              "detail": "SGLang 0.5.23's own loader builds model.qkv_proj FP8"}
+    report = {**PASSED_REPORT, "checks": [*PASSED_REPORT["checks"], passed],
+              "metrics": {**PASSED_REPORT["metrics"], "taps": {"notes": [sglang_note]}}}
+    card = make_card(make_out(report), write=False)
+    section = card.text[card.text.index("## SGLang"):card.text.index("## Reproduce")]
+    assert "(check `sglang_load`, CPU" in section and "SGLang 0.5.23's own loader builds model.qkv_proj FP8" in section
+    assert f"Note: {sglang_note}." in section and "sglang.launch_server" in section
+    assert "feeds this draft" not in card.text[:card.text.index("## SGLang")]    # the note sits with its engine
+    failed = {**passed, "status": "failed", "detail": "model.down_proj: SGLang builds it FP8 over BF16 weights"}
+    report = {**PASSED_REPORT, "passed": False, "checks": [*PASSED_REPORT["checks"], failed]}
+    card = make_card(make_out(report, name="failed"), write=False)
+    section = card.text[card.text.index("## SGLang"):card.text.index("## Reproduce")]
+    assert "**SGLang's own loader does not load this draft as written**" in section
+    assert "model.down_proj: SGLang builds it FP8 over BF16 weights" in section

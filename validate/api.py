@@ -6,11 +6,14 @@ import dataclasses
 import math
 from pathlib import Path
 
+from eagle3_quant.calib.engine_taps import accepted_calibration_taps, served_taps
 from eagle3_quant.calib.format import CalibrationSet, load_calibration
 from eagle3_quant.calib.taps import resolve_taps
 from eagle3_quant.validate.kernel_check import kernel_checks, run_kernel_check
 from eagle3_quant.validate.options import ValidateOptions
 from eagle3_quant.validate.report import REPORT_NAME, Check, Gates, ValidationReport, failed, gate, skipped
+from eagle3_quant.validate.sglang_load import CHECK as SGLANG_CHECK
+from eagle3_quant.validate.sglang_load import sglang_load_check
 from eagle3_quant.validate.structure import Fp8Artifact, read_artifact, read_reference, structure_checks
 from eagle3_quant.validate.vllm_load import CHECK_NAME as VLLM_CHECK
 from eagle3_quant.validate.vllm_load import VllmLoadOptions, check_vllm_load
@@ -30,10 +33,12 @@ def _check_calibration(calib: CalibrationSet, art: Fp8Artifact) -> None:
                                f"expects {cfg.target_hidden_size}", path=calib.path, field="target_hidden_size")
     if cfg.aux_layer_ids is None:
         return                        # the default taps depend on the target's depth: nothing to compare
-    taps = resolve_taps(cfg, None)
-    if tuple(calib.info.aux_layer_ids) != taps.indices:
+    accepted = accepted_calibration_taps(cfg, calib.info.extra)
+    if accepted and tuple(calib.info.aux_layer_ids) not in accepted:
+        taps = resolve_taps(cfg, None)
+        served = " or ".join(f"hidden_states{list(a)}" for a in sorted(accepted))
         raise DraftFormatError(f"calibration holds hidden_states {list(calib.info.aux_layer_ids)}, the draft reads "
-                               f"{list(taps.indices)} ({taps.origin}, {taps.convention.value} convention)",
+                               f"{served} (ids {list(taps.ids)} from {taps.origin})",
                                path=calib.path, field="aux_layer_ids")
 
 
@@ -114,13 +119,14 @@ def validate_draft(out: str | Path, options: ValidateOptions | None = None, **ov
     manifest's source folder if it still exists); `calib`, a calibration set (``eagle3-quant calibrate``) for the
     data checks; `target`, where to take the token embedding from when the draft has none (default: the
     calibration set's target); `k`, draft steps per chain; `gates`, a Gates or a mapping of its fields; `vllm`,
-    run the ``vllm_load`` check (vLLM's own loader and forward, in a subprocess; ``skipped`` without vLLM).
+    run the ``vllm_load`` check (vLLM's own loader and forward, in a subprocess; ``skipped`` without vLLM);
+    `sglang`, run the ``sglang_load`` check (SGLang's own loader; ``skipped`` without SGLang).
     Bad inputs raise an Eagle3QuantError; a draft that fails a check returns a report with ``passed`` False.
     """
     opts = build_options(ValidateOptions, options, overrides)
     reference, calib, report, gates = opts.reference, opts.calib, opts.report, opts.gates
     k, target, device, kernel, max_samples = opts.k, opts.target, opts.device, opts.kernel, opts.max_samples
-    vllm = opts.vllm
+    vllm, sglang = opts.vllm, opts.sglang
     out = Path(out).expanduser().resolve()
     art = read_artifact(out)
     ref = read_reference(reference, out)
@@ -135,6 +141,7 @@ def validate_draft(out: str | Path, options: ValidateOptions | None = None, **ov
     checks += fidelity_checks
     if layers:
         metrics["min_weight_sqnr_db"] = sqnr_check.data["value"]
+    metrics["taps"] = served_taps(art.config)
     unreadable = any(c.name == "fp8_weights" and c.status == "failed" for c in checks)
     if kernel and not unreadable:
         kernel_result = run_kernel_check(out, device)
@@ -145,6 +152,7 @@ def validate_draft(out: str | Path, options: ValidateOptions | None = None, **ov
         kernel_result = {"status": "skipped", "reason": reason}
         checks.append(skipped("kernel_path", reason))
     checks.append(_vllm_load(out, cal, unreadable, vllm))
+    checks.append(sglang_load_check(out) if sglang else skipped(SGLANG_CHECK, "turned off (--no-sglang)"))
     calibration = None if cal is None else {"path": str(cal.path.resolve()), "samples": cal.num_samples,
                                             "tokens": cal.num_tokens, "target": cal.info.target}
     result = ValidationReport(out, ref.path if ref is not None else None, calibration, gates, tuple(checks),

@@ -27,6 +27,8 @@ class ValidateOptions:
     kernel: bool = option(True, "Run the FP8 kernel-path check.")
     vllm: bool = option(True, "Run the vllm_load check: vLLM's own loader and forward on this artifact (skipped "
                               "when vLLM is not installed).")
+    sglang: bool = option(True, "Run the sglang_load check: SGLang's own loader on this artifact (skipped when "
+                                "SGLang is not installed).")
     max_samples: int | None = option(None, "Use at most this many calibration samples.")
 
     def __post_init__(self) -> None:

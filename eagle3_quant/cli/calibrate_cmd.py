@@ -8,6 +8,7 @@ import typer
 
 from eagle3_quant.calib.options import CalibrationOptions as C
 from eagle3_quant.calib.options import ImportOptions
+from eagle3_quant.calib.engine_taps import Engine
 from eagle3_quant.calib.taps import TapConvention
 from eagle3_quant.calib.target import DTYPE_NAMES
 from eagle3_quant.cli.app import app
@@ -43,7 +44,10 @@ def calibrate_command(
     split: Annotated[str, typer.Option(help=help_of(C, "split"))] = default(C, "split"),
     subset: Annotated[str | None, typer.Option(help=help_of(C, "subset"))] = default(C, "subset"),
     min_tokens: Annotated[int, typer.Option(help=help_of(C, "min_tokens"))] = default(C, "min_tokens"),
-    generate_tokens: Annotated[int, typer.Option(help=help_of(C, "generate_tokens"))] = default(C, "generate_tokens"),
+    generate_tokens: Annotated[int | None, typer.Option(help=help_of(C, "generate_tokens"))]
+    = default(C, "generate_tokens"),
+    engine: Annotated[Engine | None, typer.Option(
+        help=help_of(C, "engine") + " Default vllm; with --from-dump: " + help_of(ImportOptions, "engine"))] = None,
     tap_convention: Annotated[TapConvention, typer.Option(help=help_of(C, "tap_convention"))]
     = default(C, "tap_convention"),
     aux_layer_ids: Annotated[str | None, typer.Option(help=help_of(C, "aux_layer_ids"))] = None,
@@ -67,14 +71,15 @@ def calibrate_command(
     if from_dump is not None:
         from eagle3_quant.calib.importer import import_calibration
 
-        options = ImportOptions(target=target, tap_convention=tap_convention.value, aux_layer_ids=ids, force=force,
-                                revision=revision)
+        options = ImportOptions(target=target, engine=engine.value if engine else None,
+                                tap_convention=tap_convention.value, aux_layer_ids=ids, force=force, revision=revision)
         result = import_calibration(from_dump, draft, out, options, progress=progress)
     else:
         from eagle3_quant.calib.api import calibrate_target
 
         options = C(num_samples=num_samples, seq_len=seq_len, seed=seed, column=column, split=split, subset=subset,
-                    min_tokens=min_tokens, generate_tokens=generate_tokens, tap_convention=tap_convention.value,
+                    min_tokens=min_tokens, generate_tokens=generate_tokens, engine=(engine or Engine.vllm).value,
+                    tap_convention=tap_convention.value,
                     aux_layer_ids=ids, dtype=dtype.value, trust_remote_code=trust_remote_code, force=force,
                     revision=revision)
         try:
@@ -88,3 +93,5 @@ def calibrate_command(
                   f"{human_bytes(result.bytes)} ({result.dtype}), taps hidden_states{list(result.taps)}; "
                   f"{result.seconds:.1f} s{rate}"
                   + (f"; resumed after {result.resumed_samples} samples" if result.resumed_samples else ""))
+    if result.tap_note:
+        console.print(f"note: {result.tap_note}")

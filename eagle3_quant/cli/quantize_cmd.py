@@ -40,8 +40,9 @@ def quantize_command(
                 calib=calib, auto_exclude=auto_exclude, force=force, revision=revision, verbose=verbose,
                 allow_pickle=allow_pickle)
     if quantize_fc:
-        console.print("[yellow]warning:[/] --quantize-fc: SGLang's Eagle3 loader keeps fc as a plain Linear and "
-                      "cannot load a quantized fc; vLLM can.")
+        console.print("[yellow]warning:[/] --quantize-fc: vLLM only. SGLang's Eagle3 loader keeps fc as a plain "
+                      "nn.Linear: it casts the FP8 weight and drops fc.weight_scale, silently (`validate` fails "
+                      "its sglang_load check on such a draft).")
     result = quantize_draft(src, out, options)
     print_loader_check(result.loader_check)
     outputs = result.manifest.outputs

@@ -31,6 +31,7 @@ def validate_command(
     device: Annotated[str | None, typer.Option(help=help_of(V, "device"))] = default(V, "device"),
     kernel: Annotated[bool, typer.Option("--kernel/--no-kernel", help=help_of(V, "kernel"))] = default(V, "kernel"),
     vllm: Annotated[bool, typer.Option("--vllm/--no-vllm", help=help_of(V, "vllm"))] = default(V, "vllm"),
+    sglang: Annotated[bool, typer.Option("--sglang/--no-sglang", help=help_of(V, "sglang"))] = default(V, "sglang"),
     max_samples: Annotated[int | None, typer.Option(help=help_of(V, "max_samples"))] = default(V, "max_samples"),
     as_json: Annotated[bool, typer.Option("--json", help="Print the JSON report on stdout instead of tables.")]
     = False,
@@ -42,7 +43,7 @@ def validate_command(
     gates = Gates(min_top1_agreement=min_top1, min_acceptance_ratio=min_acceptance_ratio,
                   min_weight_sqnr_db=min_sqnr_db)
     options = V(reference=reference, calib=calib, report=report, target=target, gates=gates, k=k, device=device,
-                kernel=kernel, vllm=vllm, max_samples=max_samples)
+                kernel=kernel, vllm=vllm, sglang=sglang, max_samples=max_samples)
     result = validate_draft(out, options)
     if as_json:
         typer.echo(json.dumps(json.loads(result.report_path.read_text()), indent=2))

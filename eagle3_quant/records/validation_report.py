@@ -11,7 +11,8 @@ Layout (``report_version`` 1), written by `eagle3-quant validate`::
       "reference": "/path/SRC" | null,       # the BF16 draft it was compared with
       "calibration": {"path", "samples", "tokens", "target"} | null,
       "gates": {"min_top1_agreement": 0.95, "min_acceptance_ratio": 0.99, "min_weight_sqnr_db": 25.0},
-      "checks": [{"name", "status": "passed" | "failed" | "skipped", "detail", ...}],
+      "checks": [{"name", "status": "passed" | "failed" | "skipped", "detail", ...}],   # vllm_load, sglang_load:
+                                             # see validate/vllm_load.py, validate/sglang_load.py
       "metrics": {
         "acceptance_length_bf16", "acceptance_length_fp8",   # 1 + mean accepted, greedy chains of k steps
         "acceptance_ratio",                                  # fp8 / bf16 on the same chain starts
@@ -19,7 +20,8 @@ Layout (``report_version`` 1), written by `eagle3-quant validate`::
         "per_position_acceptance_bf16", "per_position_acceptance_fp8",   # vLLM's per-position rates
         "k", "drafts",                                       # steps per chain, chains evaluated
         "top1_agreement", "kl",                              # step-0 logits, every calibration position
-        "positions", "min_weight_sqnr_db"
+        "positions", "min_weight_sqnr_db",
+        "taps": {"training", "vllm", "sglang", "notes": [...]}  # hidden_states each engine feeds (engine_taps.py)
       },
       "layers": [{"module", "role", "shape", "sqnr_db"}],    # per quantized linear (needs the reference)
       "kernel": {"status", "device", "platform", "backend", "kernels": [...], ...},   # see kernel_check.py
@@ -63,6 +65,7 @@ class ValidationSummary:
     metrics: dict[str, float] = field(default_factory=dict)
     kernel: dict[str, Any] = field(default_factory=dict)
     target: str | None = None
+    taps_notes: tuple[str, ...] = ()        # serving engines that feed other layers than the draft was trained on
 
     @property
     def passed(self) -> bool:
@@ -112,7 +115,10 @@ def read_validation(out: str | Path) -> ValidationSummary:
     kernel = data.get("kernel") if isinstance(data.get("kernel"), dict) else {}
     calibration = data.get("calibration") if isinstance(data.get("calibration"), dict) else {}
     target = next((t for t in (data.get("target"), calibration.get("target")) if isinstance(t, str) and t), None)
-    common = dict(checks=checks, metrics=_finite_numbers(data.get("metrics")), kernel=kernel, target=target)
+    metrics = data.get("metrics") if isinstance(data.get("metrics"), dict) else {}
+    taps = metrics.get("taps") if isinstance(metrics.get("taps"), dict) else {}
+    notes = tuple(str(n) for n in taps.get("notes") or () if isinstance(n, str))
+    common = dict(checks=checks, metrics=_finite_numbers(metrics), kernel=kernel, target=target, taps_notes=notes)
     if data.get("passed") is not True:
         failed = [c.name for c in checks if c.status == "failed"]
         why = f"failed checks: {', '.join(failed)}" if failed else f"'passed' is {data.get('passed')!r}"

@@ -1,0 +1,135 @@
+"""The `sglang_load` check: SGLang's own loader builds, loads and runs the FP8 draft, in a child process.
+
+What it proves (SGLang 0.5.23, on CPU): SGLang's ``QuarkConfig`` gives each runtime linear the quant method the
+checkpoint needs (FP8 layers ``QuarkW8A8Fp8``, layers kept BF16 unquantized, ``fc`` a plain ``nn.Linear``);
+every checkpoint tensor lands byte-identical in a parameter (``t2d`` is skipped by SGLang on purpose, ``d2t``
+becomes ``hot_token_id``; an embedding the draft lacks comes from the target); each FP8 linear, after
+``process_weights_after_loading``, gives what this project's runtime gives on the same tensors (max |delta|
+within `LINEAR_TOLERANCE` of max |output|). What it does not prove: the GPU kernels (on CPU its per-token
+quantization is the Triton kernel's math in torch, see ``sglang_patches.py``), nor the draft's whole forward
+(that needs SGLang's attention backend and a forward batch): the linears are run one by one.
+
+``python -m eagle3_quant.validate.sglang_load ARTIFACT`` prints the check; ``--probe`` only checks that SGLang
+imports with the CPU patches (``make setup-sglang``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from eagle3_quant.validate.report import Check, failed, passed, skipped
+
+CHECK = "sglang_load"
+LINEAR_TOLERANCE = 0.01          # max |SGLang - runtime| of an FP8 linear, relative to its max |output|
+TIMEOUT_S = 600
+CHILD = "eagle3_quant.validate.sglang_child"
+INSTALL_HINT = "SGLang is not installed (make setup-sglang installs 0.5.23 into .venv)"
+
+
+def sglang_missing() -> str | None:
+    """Why the check cannot run here, or None (SGLang itself is imported only in the child)."""
+    return INSTALL_HINT if importlib.util.find_spec("sglang") is None else None
+
+
+SGLANG_DRAFT_CLASS = "LlamaForCausalLMEagle3"
+
+
+def unsupported_format(artifact: Path) -> str | None:
+    """Why SGLang 0.5.23 cannot build this draft whatever its quantization (the check then does not run)."""
+    try:
+        config = json.loads((artifact / "config.json").read_text())
+    except (OSError, ValueError):
+        return None                  # the child reports what SGLang makes of it
+    if "model_type" not in config:
+        return ("SGLang 0.5.23 cannot read this config (no model_type: a speculators config); it serves Llama "
+                f"Eagle3 drafts whose config names {SGLANG_DRAFT_CLASS}")
+    arch = (config.get("architectures") or ["?"])[0]
+    if arch != SGLANG_DRAFT_CLASS:
+        return (f"SGLang 0.5.23 builds the class the config names ({arch}), not an Eagle3 draft; it serves Llama "
+                f"Eagle3 drafts whose config names {SGLANG_DRAFT_CLASS}")
+    return None
+
+
+def _child_env() -> dict:
+    env = dict(os.environ, PYTHONWARNINGS="ignore", SGLANG_LOGGING_LEVEL="error", TOKENIZERS_PARALLELISM="false")
+    env.setdefault("OMP_NUM_THREADS", "2")
+    return env
+
+
+def run_sglang(args: list[str], timeout: float = TIMEOUT_S) -> dict:
+    """Run the child with `args` + a result path; its JSON, or {"error": the end of its stderr}."""
+    with tempfile.TemporaryDirectory(prefix="eagle3-sglang-") as tmp:
+        result = Path(tmp) / "result.json"
+        try:
+            done = subprocess.run([sys.executable, "-m", CHILD, *args, str(result)], capture_output=True, text=True,
+                                  timeout=timeout, env=_child_env())
+        except subprocess.TimeoutExpired:
+            return {"error": f"SGLang's loader did not finish within {timeout:.0f} s"}
+        if done.returncode != 0 or not result.exists():
+            lines = [x for x in done.stderr.strip().splitlines() if x.strip()]
+            return {"error": " | ".join(lines[-3:]) or f"exit status {done.returncode}"}
+        return json.loads(result.read_text())
+
+
+def problems(result: dict) -> list[str]:
+    found = [f"{row['runtime_name']}: {row['problem']}" for row in result["layers"] if row["problem"]]
+    found += result["parameters"]["problems"]
+    for row in result["linears"]:
+        if row.get("problem"):
+            found.append(f"{row['module']}: {row['problem']}")
+        elif not row["max_abs_diff"] <= LINEAR_TOLERANCE * max(row["max_abs"], 1e-30):   # NaN fails too
+            found.append(f"{row['module']}: SGLang's FP8 linear differs from the runtime by {row['max_abs_diff']:.3g} "
+                         f"(max |output| {row['max_abs']:.3g})")
+    return found
+
+
+def _summary(result: dict) -> dict:
+    worst = max((r["max_abs_diff"] / max(r["max_abs"], 1e-30) for r in result["linears"] if "max_abs" in r),
+                default=None)
+    return {"sglang": result["sglang"], "seconds": result["seconds"], "patches": result["patches"],
+            "layers": [{k: row[k] for k in ("runtime_name", "method", "quantized", "checkpoint_fp8")}
+                       for row in result["layers"]],
+            "tensors_consumed": result["parameters"]["consumed"],
+            "checkpoint_tensors": result["parameters"]["checkpoint_tensors"],
+            "skipped_on_purpose": result["parameters"]["skipped_on_purpose"],
+            "from_target": result["parameters"]["from_target"],
+            "fp8_linears_run": len(result["linears"]), "max_linear_rel_diff": worst}
+
+
+def sglang_load_check(artifact: str | Path, timeout: float = TIMEOUT_S) -> Check:
+    reason = unsupported_format(Path(artifact)) or sglang_missing()
+    if reason:
+        return skipped(CHECK, reason)
+    result = run_sglang([str(Path(artifact).resolve())], timeout)
+    if "error" in result:
+        return failed(CHECK, f"SGLang's own loader fails on it: {result['error']}")
+    found, data = problems(result), _summary(result)
+    if found:
+        return failed(CHECK, f"SGLang {result['sglang']}'s own loader: " + "; ".join(found), **data)
+    fp8 = [row["runtime_name"] for row in result["layers"] if row["quantized"]]
+    return passed(CHECK, f"SGLang {result['sglang']}'s own loader builds {', '.join(fp8) or 'no layer'} FP8 and the "
+                         f"rest unquantized as the checkpoint holds them, consumes every tensor byte-identical "
+                         f"({data['tensors_consumed']} of {data['checkpoint_tensors']}; skipped on purpose: "
+                         f"{', '.join(data['skipped_on_purpose']) or 'none'}), and its {data['fp8_linears_run']} FP8 "
+                         f"linears match the runtime (CPU patches, linears run one by one)", **data)
+
+
+def main(argv: list[str]) -> int:
+    if argv == ["--probe"]:
+        reason = sglang_missing()
+        result = {"error": reason} if reason else run_sglang(["--probe"], timeout=300)
+        print(result.get("error") or f"SGLang {result['sglang']} imports with the CPU patches")
+        return 1 if "error" in result else 0
+    check = sglang_load_check(argv[0])
+    print(json.dumps(check.to_dict(), indent=1))
+    return 1 if check.status == "failed" else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
