@@ -20,8 +20,8 @@ from typing import Any
 
 from eagle3_quant.calib.taps import AUX_KEY, TapConvention, Taps, resolve_taps
 
-from eagle3_quant.reading.config import DraftConfig
 from eagle3_quant.errors import DraftFormatError
+from eagle3_quant.reading.config import DraftConfig
 
 
 class Engine(StrEnum):

@@ -47,14 +47,15 @@ def default_of(cls: type, name: str) -> Any:
 
 def build_options(cls: type[T], options: T | None, overrides: dict[str, Any]) -> T:
     """`options` (or the defaults) with keyword overrides; an unknown keyword is refused with the valid names."""
-    base = options if options is not None else cls()
-    if not isinstance(base, cls):
-        raise OptionsError(f"expected {cls.__name__}, got {type(base).__name__}", field="options")
+    if options is not None and not isinstance(options, cls):
+        raise OptionsError(f"expected {cls.__name__}, got {type(options).__name__}", field="options")
     unknown = sorted(set(overrides) - set(cls.__dataclass_fields__))
     if unknown:
         raise OptionsError(f"unknown option(s) {', '.join(unknown)}; valid options: "
                            f"{', '.join(cls.__dataclass_fields__)}", field=unknown[0])
-    return dataclasses.replace(base, **overrides) if overrides else base
+    if options is None:    # built from the keywords, so defaults derived from other fields follow them
+        return cls(**overrides)
+    return dataclasses.replace(options, **overrides) if overrides else options
 
 
 def check_device(device: str | None) -> None:

@@ -7,10 +7,10 @@ import json
 import pytest
 from eagle3_quant.calib.engine_taps import Engine, engine_taps, served_taps, tap_record
 
-from eagle3_quant.reading.draft import read_draft
 from eagle3_quant.errors import PipelineSpecError
-from eagle3_quant.reading.formats import DraftFormat
 from eagle3_quant.pipeline_spec import ENGINES, load_pipeline
+from eagle3_quant.reading.draft import read_draft
+from eagle3_quant.reading.formats import DraftFormat
 
 LAYERS = 8   # the "tiny" synthetic draft's target
 

@@ -6,9 +6,9 @@ from typing import Annotated
 
 import typer
 
+from eagle3_quant.calib.engine_taps import Engine
 from eagle3_quant.calib.options import CalibrationOptions as C
 from eagle3_quant.calib.options import ImportOptions
-from eagle3_quant.calib.engine_taps import Engine
 from eagle3_quant.calib.taps import TapConvention
 from eagle3_quant.calib.target import DTYPE_NAMES
 from eagle3_quant.cli.app import app
