@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from eagle3_quant.export.card_estimate import estimate_rows
 from eagle3_quant.export.manifest import MANIFEST_NAME, Manifest
 from eagle3_quant.export.source_card import repo_id_from_cache_path, source_card_info
 from eagle3_quant.export.validation_report import ValidationSummary, read_validation
@@ -170,6 +171,7 @@ def build_card(out: str | Path, repo_id: str | None = None, *, target: str | Non
                                                         "huggingface_hub") if k in versions),
         layers=layers, fc_quantized=any(d["role"] == "fc" for d in quantized),
         validation_headline=_headline(validation), metric_rows=_metric_rows(validation),
+        estimate_rows=estimate_rows(out),
         checks=validation.checks, pipeline=pipeline,
         reproduce=_reproduce(source, scheme["name"], layers, repo_id),
         recorded_command=_recorded_command(data.get("command")), device=data.get("device", "?"),

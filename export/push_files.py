@@ -12,9 +12,11 @@ from eagle3_quant.export.validation_report import REPORT_NAME
 
 from eagle3_quant.errors import PublishError
 from eagle3_quant.hashing import CHUNK, sha256_file
+from eagle3_quant.speedup import ESTIMATE_NAME
 
 # Files written after quantization: not listed in the manifest's outputs, sent all the same.
-ADDED_FILES = {MANIFEST_NAME: "manifest", CARD_NAME: "card", REPORT_NAME: "validation report"}
+ADDED_FILES = {MANIFEST_NAME: "manifest", CARD_NAME: "card", REPORT_NAME: "validation report",
+               ESTIMATE_NAME: "speedup estimate"}
 
 
 @dataclass(frozen=True)
