@@ -115,6 +115,9 @@ def _existing_output_problem(spec: PipelineSpec) -> str | None:
     threshold = (manifest.data.get("sensitivity") or {}).get("threshold")
     if threshold != spec.quantize.auto_exclude:
         return f"auto_exclude was {threshold}"
+    pruned_to = (manifest.data.get("vocab_pruning") or {}).get("draft_vocab")
+    if pruned_to != spec.quantize.draft_vocab:
+        return f"draft_vocab was {pruned_to}"
     auto_kept = {d["module"] for d in manifest.data["layers"] if d["reason"].startswith("auto-exclude")}
     if any(recorded.get(d.module) != d.quantize for d in plan.decisions if d.module not in auto_kept):
         return "the exclusions changed"
@@ -133,11 +136,12 @@ def run_quantize(spec: PipelineSpec) -> str:
         replace_why = _existing_output_problem(spec)
         if replace_why is None:
             raise _Skip("skipped", f"present: {spec.out} matches its manifest and this pipeline")
-    needs_calib = SCHEMES[spec.scheme].needs_calibration or spec.quantize.auto_exclude is not None
+    needs_calib = (SCHEMES[spec.scheme].needs_calibration or spec.quantize.auto_exclude is not None
+                   or spec.quantize.draft_vocab is not None)
     result = quantize_draft(spec.source, spec.out, spec.scheme, spec.quantize.exclude or None, spec.quantize.device,
                             quantize_fc=spec.quantize.quantize_fc, force=replace_why is not None,
                             revision=spec.revision, calib=spec.calib if needs_calib else None,
-                            auto_exclude=spec.quantize.auto_exclude)
+                            auto_exclude=spec.quantize.auto_exclude, draft_vocab=spec.quantize.draft_vocab)
     note = f" (replaced: {replace_why})" if replace_why else ""
     return f"{len(result.plan.quantized)} linears FP8, {len(result.plan.excluded)} BF16{note}"
 

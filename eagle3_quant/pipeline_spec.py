@@ -34,6 +34,7 @@ class QuantizeSpec:
     quantize_fc: bool = False
     device: str | None = None
     auto_exclude: float | None = None   # keep BF16 groups whose top-1 disagreement exceeds it (needs calib)
+    draft_vocab: int | None = None      # prune to the N tokens the target emits most often (needs calib)
 
 
 @dataclass(frozen=True)
@@ -145,6 +146,9 @@ def _check(spec: PipelineSpec, file: str | None) -> PipelineSpec:
     if spec.quantize.auto_exclude is not None and not spec.calibrate.data:
         raise PipelineSpecError("auto_exclude measures sensitivity on calibration data: set calibrate.data",
                                 path=file, field="quantize.auto_exclude")
+    if spec.quantize.draft_vocab is not None and not spec.calibrate.data:
+        raise PipelineSpecError("draft_vocab ranks the target's own next tokens in calibration data: set "
+                                "calibrate.data", path=file, field="quantize.draft_vocab")
     if spec.calibrate.data and not spec.target:
         raise PipelineSpecError("calibration runs the target model: name it", path=file, field="target")
     if spec.push.enabled:

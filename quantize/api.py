@@ -89,6 +89,8 @@ def quantize_draft(
     auto_exclude: float | None = None,
     verbose: bool = False,
     allow_pickle: bool = False,
+    draft_vocab: int | None = None,
+    quantize_lm_head: bool = False,
 ) -> QuantizeResult:
     """Quantize an Eagle3 draft with Quark; write OUT atomically; return what was decided and written.
 
@@ -97,9 +99,14 @@ def quantize_draft(
     draft's top-1 token on more than this fraction of calibration positions (see `measure_sensitivity`).
     `allow_pickle` accepts a draft with only pickle weights: loaded with torch.load(weights_only=True) and
     converted to safetensors beside OUT (the source is only read).
+    `draft_vocab` (needs `calib`): keep the N target tokens the target emits most often in the calibration set
+    (``quantize/vocab_prune.py``); the pruned BF16 draft is quantized as any source. `quantize_lm_head` is
+    refused: no engine loads a quantized Eagle3 lm_head (``eagle3_quant/lm_head_support.py``).
     """
     options = dict(scheme=scheme, exclude=exclude, device=device, quantize_fc=quantize_fc, force=force,
                    calib=calib, auto_exclude=auto_exclude, verbose=verbose)
+    if quantize_lm_head or draft_vocab is not None:
+        return _quantize_pruned(src, out, revision, draft_vocab, quantize_lm_head, allow_pickle, **options)
     if allow_pickle:
         get_scheme(scheme)
         source = resolve_source(src, revision, include_pickle=True)
@@ -107,6 +114,28 @@ def quantize_draft(
             with pickle_converted(source.path, Path(out), force) as converted:
                 return _quantize(converted, out, None, origin=source, **options)
     return _quantize(src, out, revision, **options)
+
+
+def _quantize_pruned(src: str | Path, out: str | Path, revision: str | None, draft_vocab: int | None,
+                     quantize_lm_head: bool, allow_pickle: bool, **options) -> QuantizeResult:
+    """--draft-vocab (and the --quantize-lm-head refusal): argument errors first, then the pruning pre-pass."""
+    from eagle3_quant.quantize.vocab_prune import vocab_pruned
+
+    from eagle3_quant.lm_head_support import check_quantize_lm_head
+
+    get_scheme(options["scheme"])
+    draft = read_draft(src, revision)
+    if quantize_lm_head:
+        check_quantize_lm_head(draft.config.architecture)
+    if options["calib"] is None:
+        raise SchemeError("--draft-vocab ranks tokens by the target's own next tokens: give --calib CAL",
+                          field="calib")
+    if allow_pickle and pickle_only(draft.path):
+        raise SchemeError("--draft-vocab needs a safetensors draft; --allow-pickle converts only unpruned drafts",
+                          field="draft_vocab")
+    out = check_output_target(Path(out), draft.path, options["force"])
+    with vocab_pruned(draft, options["calib"], draft_vocab, out) as (folder, record):
+        return _quantize(folder, out, None, origin=draft.source, vocab_pruning=record.to_dict(), **options)
 
 
 def _check_resources(draft, out: Path, plan: QuantPlan, in_memory: bool) -> None:
@@ -118,7 +147,7 @@ def _check_resources(draft, out: Path, plan: QuantPlan, in_memory: bool) -> None
 def _quantize(src: str | Path, out: str | Path, revision: str | None, *, scheme: str,
               exclude: Sequence[str] | None, device: str | None, quantize_fc: bool, force: bool,
               calib: str | Path | None, auto_exclude: float | None, verbose: bool,
-              origin: DraftSource | None = None) -> QuantizeResult:
+              origin: DraftSource | None = None, vocab_pruning: dict | None = None) -> QuantizeResult:
     started = time.perf_counter()
     chosen = get_scheme(scheme)
     if chosen.needs_calibration and calib is None:
@@ -180,7 +209,8 @@ def _quantize(src: str | Path, out: str | Path, revision: str | None, *, scheme:
                 "source": {"path": str(source.path), "repo_id": source.repo_id,
                            "revision": source.revision, "commit": source.commit,
                            "format": draft.format.value, "architecture": draft.config.architecture,
-                           "pickle_converted": origin is not None, "card": source_card_info(source.path)},
+                           "pickle_converted": origin is not None and vocab_pruning is None,
+                           "card": source_card_info(source.path)},
                 "scheme": {"name": chosen.name, "weight": chosen.weight.describe(),
                            "input": chosen.input.describe()},
                 "exclude": {"modules": [d.module for d in plan.excluded],
@@ -191,5 +221,6 @@ def _quantize(src: str | Path, out: str | Path, revision: str | None, *, scheme:
                 "device": device,
                 **({"calibration": calibration} if calibration else {}),
                 **({"sensitivity": sensitivity} if sensitivity else {}),
+                **({"vocab_pruning": vocab_pruning} if vocab_pruning else {}),
             }, inputs, verified.files)
     return QuantizeResult(out, manifest, plan, loader, time.perf_counter() - started, timer.seconds)

@@ -34,6 +34,12 @@ def quantize_command(
     force: Annotated[bool, typer.Option("--force", help="Replace OUT if it exists.")] = False,
     revision: Annotated[str | None, typer.Option(help="Hub revision of SRC.")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", help="Show Quark's own log.")] = False,
+    draft_vocab: Annotated[int | None, typer.Option(
+        "--draft-vocab", help="Prune the draft vocabulary to the N target tokens the target emits most often in "
+        "the calibration set (needs --calib): lm_head sliced, d2t/t2d written.")] = None,
+    quantize_lm_head: Annotated[bool, typer.Option(
+        "--quantize-lm-head", help="Refused: no engine loads a quantized Eagle3 lm_head (the error says why).")]
+    = False,
     allow_pickle: Annotated[bool, typer.Option(
         "--allow-pickle", help="Accept a draft with only pickle (.bin/.pt) weights: loaded with "
         "torch.load(weights_only=True), converted to safetensors; the source is only read.")] = False,
@@ -47,10 +53,16 @@ def quantize_command(
                       "cannot load a quantized fc; vLLM can.")
     result = quantize_draft(src, out, scheme.value, exclude, device.value if device else None,
                             quantize_fc=quantize_fc, force=force, revision=revision, calib=calib,
-                            auto_exclude=auto_exclude, verbose=verbose, allow_pickle=allow_pickle)
+                            auto_exclude=auto_exclude, verbose=verbose, allow_pickle=allow_pickle,
+                            draft_vocab=draft_vocab, quantize_lm_head=quantize_lm_head)
     print_loader_check(result.loader_check)
     outputs = result.manifest.outputs
     console.print(f"wrote {result.output} in {result.seconds:.1f} s: {len(outputs)} files, "
                   f"{human_bytes(sum(o['size'] for o in outputs))}; "
                   f"{len(result.plan.quantized)} linears FP8 ({result.plan.scheme.name}), "
                   f"{len(result.plan.excluded)} kept BF16; manifest {result.manifest_path.name}")
+    pruning = result.manifest.data.get("vocab_pruning")
+    if pruning:
+        console.print(f"draft vocabulary {pruning['draft_vocab_before']} -> {pruning['draft_vocab']}: covers "
+                      f"{pruning['coverage']:.2%} of the calibration set's {pruning['target_tokens']} target tokens "
+                      f"(before: {pruning['coverage_before']:.2%})")
