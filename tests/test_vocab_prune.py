@@ -100,3 +100,34 @@ def test_refusals_leave_nothing(tmp_path: Path, capsys):
     err = capsys.readouterr().err
     assert "ParallelLMHead" in err and "vllm/model_executor/layers/quantization/quark/quark.py" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cal", "cal-big", "src", "target"]
+
+
+@pytest.mark.slow
+def test_tiny_pair_pruned_to_a_third_measured_by_validate(tiny_pair, tmp_path: Path):
+    """Ranked on held-out prompts 128..255, validated on the calibration set of prompts 0..127 against the
+    unpruned BF16 draft: acceptance ratio with its interval, and the coverage, are reported."""
+    from eagle3_quant.validate.api import validate_draft
+    from tiny_pair_fixtures import NEW_TOKENS, fixture_module
+
+    capture = fixture_module("tiny_capture")
+    ranking = capture.write_calibration(
+        capture.greedy_samples(tiny_pair.load_target(), tiny_pair.prompts[128:], NEW_TOKENS),
+        tmp_path / "ranking", str(tiny_pair.target))
+    before = json.loads((tiny_pair.draft / "config.json").read_text())["draft_vocab_size"]
+    n = before // 3
+    result = quantize_draft(tiny_pair.draft, tmp_path / "pruned", device="cpu", calib=ranking, draft_vocab=n)
+    report = validate_draft(result.output, reference=tiny_pair.draft, calib=tiny_pair.calib,
+                            target=tiny_pair.target, kernel=False)
+    m, pruning = report.metrics, result.manifest.data["vocab_pruning"]
+    for name in ("unchanged_parts", "config_consistency", "loader_compat", "manifest"):
+        assert report.check(name).status == "passed", report.check(name).detail
+    assert "vocabulary pruned to" in report.check("unchanged_parts").detail
+    low, high = m["acceptance_ratio_interval"]
+    assert low <= m["acceptance_ratio"] <= high and m["drafts"] > 1000
+    assert m["kl"] != m["kl"]                                    # NaN: no KL between different vocabularies
+    assert 0 < pruning["coverage"] < pruning["coverage_before"] <= 1
+    print(f"\ntiny pair, draft vocab {before} -> {n}: coverage {pruning['coverage']:.4f} (before "
+          f"{pruning['coverage_before']:.4f}, ranked on {pruning['target_tokens']} tokens); acceptance length "
+          f"BF16 {m['acceptance_length_bf16']:.4f} -> pruned FP8 {m['acceptance_length_fp8']:.4f}, ratio "
+          f"{m['acceptance_ratio']:.4f} (95% CI {low:.4f}..{high:.4f}) over {m['drafts']} chains; step-0 top-1 "
+          f"agreement {m['top1_agreement']:.4f}")
