@@ -53,6 +53,7 @@ class ReportAcceptance:
     layer_ms: float | None = None              # measured FP8 quantized linears, batch 1, one step
     layer_ms_bf16: float | None = None         # the same linears in BF16
     kernel_device: str | None = None
+    reference: str | None = None               # the BF16 draft the acceptance was compared with
 
 
 def read_report_acceptance(path: str | Path) -> ReportAcceptance:
@@ -72,9 +73,10 @@ def read_report_acceptance(path: str | Path) -> ReportAcceptance:
         raise EstimateInputError("acceptance was not measured (validate needs --calib and --reference)",
                                  path=path, field="metrics.per_position_acceptance_fp8")
     layer_ms, layer_ms_bf16, device = _batch1_timing(data.get("kernel"))
-    drafts = metrics.get("drafts")
+    drafts, reference = metrics.get("drafts"), data.get("reference")
     return ReportAcceptance(fp8, _rates(metrics.get("per_position_acceptance_bf16")),
-                            drafts if isinstance(drafts, int) else None, layer_ms, layer_ms_bf16, device)
+                            drafts if isinstance(drafts, int) else None, layer_ms, layer_ms_bf16, device,
+                            reference if isinstance(reference, str) else None)
 
 
 def _rates(value: Any) -> tuple[float, ...] | None:
@@ -197,7 +199,11 @@ def estimate_draft(out: str | Path, verify_ms: float, *, validation: str | Path 
                    draft_ms: float | None = None, k: int | None = None,
                    device_profile: str = DEFAULT_DEVICE_PROFILE, write: bool = True) -> SpeedupEstimate:
     """Estimate OUT's speedup from its validation report (default OUT/validation.json) and its step bytes;
-    write OUT/speedup_estimate.json (which the model card shows) unless write=False."""
+    write OUT/speedup_estimate.json (which the model card shows) unless write=False. The BF16 draft's bytes are
+    the report's reference draft's when that folder still exists (a pruned vocabulary's reference is unpruned),
+    else OUT's own read back as BF16."""
+    from dataclasses import replace
+
     from eagle3_quant.cost import checkpoint_cost, get_device_profile
 
     out = Path(out)
@@ -205,6 +211,8 @@ def estimate_draft(out: str | Path, verify_ms: float, *, validation: str | Path 
     report = Path(validation) if validation is not None else out / "validation.json"
     acceptance = read_report_acceptance(report)
     cost = checkpoint_cost(out)
+    if acceptance.reference and Path(acceptance.reference).is_dir():
+        cost = replace(cost, bf16=checkpoint_cost(acceptance.reference).bf16)
     result = estimate_speedup(acceptance, verify_ms, k=k, draft_ms=draft_ms, cost=cost, profile=profile,
                               source=str(report))
     if write:

@@ -117,3 +117,20 @@ def test_cli_writes_estimate_and_card_shows_it(quantized_tiny, tmp_path: Path, c
         main(["estimate", str(out), "--verify-ms", "-1"])
     assert exit_.value.code == 2
     assert estimate_draft(out, 1.0, k=2, write=False).k == 2
+
+
+def test_bf16_side_comes_from_the_reports_reference(quantized_tiny, tmp_path: Path):
+    """A pruned draft is compared with its unpruned reference: the BF16 draft time uses the reference's bytes."""
+    from eagle3_quant.synthetic import DraftShape, write_synthetic_draft
+
+    _, built = quantized_tiny()
+    out = tmp_path / "out"
+    shutil.copytree(built, out)
+    reference = write_synthetic_draft(tmp_path / "ref", DraftShape(64, 160, 4, 2, 16, 512, 512, target_layers=8))
+    data = json.loads(report(out).read_text())
+    (out / "validation.json").write_text(json.dumps({**data, "reference": str(reference)}))
+    est = estimate_draft(out, 5.0, write=False)
+    mi355x = get_device_profile("mi355x")
+    assert est.draft_ms_bf16 == pytest.approx(checkpoint_cost(reference).bf16.floor_ms(mi355x, 3))
+    assert est.draft_ms == pytest.approx(checkpoint_cost(out).written.floor_ms(mi355x, 3))
+    assert est.draft_ms_bf16 > checkpoint_cost(out).bf16.floor_ms(mi355x, 3)   # the larger head is counted
