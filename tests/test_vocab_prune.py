@@ -131,3 +131,19 @@ def test_tiny_pair_pruned_to_a_third_measured_by_validate(tiny_pair, tmp_path: P
           f"BF16 {m['acceptance_length_bf16']:.4f} -> pruned FP8 {m['acceptance_length_fp8']:.4f}, ratio "
           f"{m['acceptance_ratio']:.4f} (95% CI {low:.4f}..{high:.4f}) over {m['drafts']} chains; step-0 top-1 "
           f"agreement {m['top1_agreement']:.4f}")
+
+
+@pytest.mark.slow
+def test_cli_prunes_and_cost_reads_the_result(tmp_path: Path, capsys):
+    src = write_synthetic_draft(tmp_path / "src", "tiny")
+    cal = write_calibration(tmp_path / "cal", write_target(tmp_path / "target"), samples=4, seq_len=40)
+    with pytest.raises(SystemExit) as exit_:
+        main(["quantize", str(src), str(tmp_path / "out"), "--device", "cpu", "--calib", str(cal),
+              "--draft-vocab", "64"])
+    assert exit_.value.code == 0
+    assert "draft vocabulary 256 -> 64: covers" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exit_:
+        main(["cost", str(tmp_path / "out"), "--json"])
+    cost = json.loads(capsys.readouterr().out)
+    assert cost["written"]["bytes_by_part"]["lm_head"] == 64 * 64 * 2       # 64 rows of hidden 64, BF16
+    assert cost["written"]["bytes_by_part"]["vocab_map"] == 64 * 8           # d2t; t2d is not read
