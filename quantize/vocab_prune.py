@@ -24,7 +24,8 @@ import torch
 from eagle3_quant.draft import DraftCheckpoint
 from eagle3_quant.errors import CalibrationDataError, SchemeError
 from eagle3_quant.outdir import scratch_for
-from eagle3_quant.resources import check_disk, gb
+from eagle3_quant.pickle_source import BASE_BYTES
+from eagle3_quant.resources import check_disk, check_memory, gb
 
 
 @dataclass(frozen=True)
@@ -123,8 +124,10 @@ def vocab_pruned(draft: DraftCheckpoint, calib: str | Path, n: int, out: Path) -
     from eagle3_quant.export.files import copy_side_files
     from safetensors.torch import save_file
 
-    check_disk(out.parent, draft.checkpoint.total_bytes,
-               f"the vocabulary-pruned BF16 draft ({gb(draft.checkpoint.total_bytes)} at most)")
+    total = draft.checkpoint.total_bytes
+    check_disk(out.parent, total, f"the vocabulary-pruned BF16 draft ({gb(total)} at most)")
+    check_memory(BASE_BYTES + total + draft.checkpoint.tensors["lm_head.weight"].nbytes,
+                 f"pruning the vocabulary (the draft held in memory, {gb(total)})", draft.path)
     tensors, config, record = prune_vocab(draft, calib, n)
     with scratch_for(out, "vocab") as folder:
         save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
