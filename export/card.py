@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from eagle3_quant.export.card_estimate import estimate_rows
+from eagle3_quant.export.card_estimate import estimate_rows, vocab_text
 from eagle3_quant.export.manifest import MANIFEST_NAME, Manifest
 from eagle3_quant.export.source_card import repo_id_from_cache_path, source_card_info
 from eagle3_quant.export.validation_report import ValidationSummary, read_validation
@@ -103,15 +103,18 @@ def _headline(validation: ValidationSummary) -> str:
             f"{validation.problem}.")
 
 
-def _reproduce(source: dict, scheme: str, layers: list[dict], repo_id: str) -> list[str]:
+def _reproduce(source: dict, scheme: str, layers: list[dict], repo_id: str, pruned_to: int | None = None
+               ) -> list[str]:
     src = source.get("repo_id") or source.get("path") or "SRC"
     revision = f" --revision {source['commit']}" if source.get("repo_id") and source.get("commit") else ""
     flags = [f" --exclude {d['module']}" for d in layers if not d["quantized"] and d["role"] not in DEFAULT_ROLES_KEPT]
     if any(d["quantized"] and d["role"] == "fc" for d in layers):
         flags.append(" --quantize-fc")
     calib = " --calib CAL" if SCHEMES.get(scheme) and SCHEMES[scheme].needs_calibration else ""
+    if pruned_to is not None:
+        flags.append(f" --draft-vocab {pruned_to}" + ("" if calib else " --calib CAL"))
     return [f"eagle3-quant quantize {src} OUT --scheme {scheme}{revision}{calib}{''.join(flags)}",
-            f"eagle3-quant validate OUT --reference {src}{calib}",
+            f"eagle3-quant validate OUT --reference {src}{calib or (' --calib CAL' if pruned_to else '')}",
             f"eagle3-quant push OUT --repo-id {repo_id}"]
 
 
@@ -171,9 +174,10 @@ def build_card(out: str | Path, repo_id: str | None = None, *, target: str | Non
                                                         "huggingface_hub") if k in versions),
         layers=layers, fc_quantized=any(d["role"] == "fc" for d in quantized),
         validation_headline=_headline(validation), metric_rows=_metric_rows(validation),
-        estimate_rows=estimate_rows(out),
+        estimate_rows=estimate_rows(out), vocab_text=vocab_text(data.get("vocab_pruning")),
         checks=validation.checks, pipeline=pipeline,
-        reproduce=_reproduce(source, scheme["name"], layers, repo_id),
+        reproduce=_reproduce(source, scheme["name"], layers, repo_id,
+                             (data.get("vocab_pruning") or {}).get("draft_vocab")),
         recorded_command=_recorded_command(data.get("command")), device=data.get("device", "?"),
         outputs=data["outputs"], inputs=data.get("inputs", []), calibration_text=_calibration_text(data),
     )

@@ -1,4 +1,5 @@
-"""The model card's speedup-estimate rows, from OUT/speedup_estimate.json (written by `eagle3-quant estimate`).
+"""The model card's speedup-estimate rows (from OUT/speedup_estimate.json, written by `eagle3-quant estimate`)
+and its draft-vocabulary line (from the manifest's ``vocab_pruning``).
 
 The file holds an estimate, and the card says so with every input it was made from; without the file (or with
 one that cannot be read) the card says "not measured".
@@ -33,3 +34,16 @@ def estimate_rows(out: Path) -> list[tuple[str, str]]:
         ("inputs: draft side per cycle", f"{draft:.3f} ms, {where}"),
         ("verify share of the cycle", f"{share:.0%}"),
     ]
+
+
+def vocab_text(pruning: object) -> str | None:
+    """One line for a pruned vocabulary; None when the draft's vocabulary was kept."""
+    if not isinstance(pruning, dict):
+        return None
+    try:
+        return (f"pruned {int(pruning['draft_vocab_before']):,} -> {int(pruning['draft_vocab']):,} tokens (the ones "
+                f"the target emits most often in the calibration set); they cover {float(pruning['coverage']):.2%} "
+                f"of its {int(pruning['target_tokens']):,} target tokens (the full vocabulary: "
+                f"{float(pruning['coverage_before']):.2%})")
+    except (KeyError, TypeError, ValueError):
+        return None

@@ -147,3 +147,21 @@ def test_cli_prunes_and_cost_reads_the_result(tmp_path: Path, capsys):
     cost = json.loads(capsys.readouterr().out)
     assert cost["written"]["bytes_by_part"]["lm_head"] == 64 * 64 * 2       # 64 rows of hidden 64, BF16
     assert cost["written"]["bytes_by_part"]["vocab_map"] == 64 * 8           # d2t; t2d is not read
+
+
+def test_card_states_the_pruned_vocabulary(quantized_tiny, tmp_path: Path):
+    import shutil
+
+    from eagle3_quant.export.card import build_card
+
+    _, built = quantized_tiny()
+    out = tmp_path / "out"
+    shutil.copytree(built, out)
+    assert "draft vocabulary |" not in build_card(out).text
+    manifest = json.loads((out / "eagle3_quant.json").read_text())
+    manifest["vocab_pruning"] = {"draft_vocab_before": 768, "draft_vocab": 256, "target_tokens": 14336,
+                                 "coverage": 0.9648, "coverage_before": 0.9955}
+    (out / "eagle3_quant.json").write_text(json.dumps(manifest))
+    card = build_card(out).text
+    assert "| draft vocabulary | pruned 768 -> 256 tokens" in card and "96.48% of its 14,336" in card
+    assert "--draft-vocab 256 --calib CAL" in card
