@@ -34,6 +34,7 @@ from bench.contenders import (
 from bench.drafts import BENCH_SHAPES, DEFAULT_CACHE, cached_draft, folder_bytes
 from bench.measure import drop_dirty_pages, median, rss_method, run_measured
 from bench.report import check_targets, format_breakdowns, format_extras, format_table
+from bench.step_bytes import format_step_bytes, step_bytes
 
 DEFAULT_OUT = REPO / "bench" / "results" / "latest.json"
 CLI_REPEAT = 5
@@ -156,7 +157,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     started = time.perf_counter()
     results: dict[str, Any] = {"command": [Path(sys.argv[0]).name, *sys.argv[1:]] if argv is None else argv,
                                "machine": machine(), "note": "medians over alternating repeats; shared machine",
-                               "shapes": {}}
+                               "shapes": {}, "step_bytes": step_bytes()}
+    print(format_step_bytes(results["step_bytes"]), end="\n\n", flush=True)
     for name in args.shapes:
         repeat = args.repeat or BENCH_SHAPES[name].repeat
         print(f"{name}: {repeat} run(s) per contender", flush=True)

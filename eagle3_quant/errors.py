@@ -127,3 +127,7 @@ class HubAuthError(HubError, PermissionError):
 
 class PipelineSpecError(Eagle3QuantError, ValueError):
     """A pipeline file is malformed: unknown keys, wrong types, missing fields."""
+
+
+class EstimateInputError(Eagle3QuantError, ValueError):
+    """A speedup estimate lacks an input or got a bad one (report without acceptance, non-positive time)."""

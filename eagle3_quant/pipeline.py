@@ -97,6 +97,9 @@ def _existing_output_problem(spec: PipelineSpec) -> str | None:
     threshold = (manifest.sensitivity or {}).get("threshold")
     if threshold != spec.quantize.auto_exclude:
         return f"auto_exclude was {threshold}"
+    pruned_to = (manifest.vocab_pruning or {}).get("draft_vocab")
+    if pruned_to != spec.quantize.draft_vocab:
+        return f"draft_vocab was {pruned_to}"
     auto_kept = {d.module for d in manifest.layers if d.reason.startswith("auto-exclude")}
     if any(recorded.get(d.module) != d.quantize for d in plan.decisions if d.module not in auto_kept):
         return "the exclusions changed"

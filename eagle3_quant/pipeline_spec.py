@@ -148,6 +148,9 @@ def _check(spec: PipelineSpec, file: str | None) -> PipelineSpec:
     if spec.calibrate.engine not in ENGINES:
         raise PipelineSpecError(f"{spec.calibrate.engine!r} is not one of {', '.join(ENGINES)}", path=file,
                                 field="calibrate.engine")
+    if spec.quantize.draft_vocab is not None and not spec.calibrate.data:
+        raise PipelineSpecError("draft_vocab ranks the target's own next tokens in calibration data: set "
+                                "calibrate.data", path=file, field="quantize.draft_vocab")
     if spec.calibrate.data and not spec.target:
         raise PipelineSpecError("calibration runs the target model: name it", path=file, field="target")
     if spec.push.enabled:
@@ -172,7 +175,8 @@ def calibrate_options(spec: PipelineSpec, **runtime: Any) -> CalibrationOptions:
 
 def quantize_options(spec: PipelineSpec, **runtime: Any) -> QuantizeOptions:
     """The quantize stage's options; `calib` is the workdir's set when the scheme or auto_exclude needs one."""
-    needs_calib = SCHEMES[spec.scheme].needs_calibration or spec.quantize.auto_exclude is not None
+    needs_calib = (SCHEMES[spec.scheme].needs_calibration or spec.quantize.auto_exclude is not None
+                   or spec.quantize.draft_vocab is not None)
     return QuantizeOptions(**section_values(spec.quantize), scheme=spec.scheme, revision=spec.revision,
                            calib=spec.calib if needs_calib else None, **runtime)
 

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from eagle3_quant.export.card_estimate import estimate_rows, vocab_text
+
 from eagle3_quant.reading.source_card import repo_id_from_cache_path, source_card_info
 from eagle3_quant.records.manifest import LayerRecord, Manifest, SourceRecord
 from eagle3_quant.records.validation_report import ValidationSummary, read_validation
@@ -86,15 +88,18 @@ def _headline(validation: ValidationSummary) -> str:
             f"{validation.problem}.")
 
 
-def _reproduce(source: SourceRecord, scheme: str, layers: list[LayerRecord], repo_id: str) -> list[str]:
+def _reproduce(source: SourceRecord, scheme: str, layers: list[LayerRecord], repo_id: str,
+               pruned_to: int | None = None) -> list[str]:
     src = source.repo_id or source.path or "SRC"
     revision = f" --revision {source.commit}" if source.repo_id and source.commit else ""
     flags = [f" --exclude {d.module}" for d in layers if not d.quantized and d.role not in DEFAULT_ROLES_KEPT]
     if any(d.quantized and d.role == "fc" for d in layers):
         flags.append(" --quantize-fc")
     calib = " --calib CAL" if SCHEMES.get(scheme) and SCHEMES[scheme].needs_calibration else ""
+    if pruned_to is not None:
+        flags.append(f" --draft-vocab {pruned_to}" + ("" if calib else " --calib CAL"))
     return [f"eagle3-quant quantize {src} OUT --scheme {scheme}{revision}{calib}{''.join(flags)}",
-            f"eagle3-quant validate OUT --reference {src}{calib}",
+            f"eagle3-quant validate OUT --reference {src}{calib or (' --calib CAL' if pruned_to else '')}",
             f"eagle3-quant push OUT --repo-id {repo_id}"]
 
 
@@ -157,10 +162,11 @@ def build_card(out: str | Path, repo_id: str | None = None, *, target: str | Non
                                                         "huggingface_hub") if k in versions),
         layers=layers, fc_quantized=any(d.role == "fc" for d in quantized),
         validation_headline=_headline(validation), metric_rows=_metric_rows(validation),
+        estimate_rows=estimate_rows(out), vocab_text=vocab_text(manifest.vocab_pruning),
         checks=validation.checks, pipeline=pipeline, sglang=_sglang_check(validation),
         vllm_taps_notes=[n for n in validation.taps_notes if n.startswith("vllm ")],
         sglang_taps_notes=[n for n in validation.taps_notes if n.startswith("sglang ")],
-        reproduce=_reproduce(source, scheme.name, layers, repo_id),
+        reproduce=_reproduce(source, scheme.name, layers, repo_id, (manifest.vocab_pruning or {}).get("draft_vocab")),
         recorded_command=_recorded_command(manifest.command), device=manifest.device,
         outputs=manifest.outputs, inputs=manifest.inputs, calibration_text=_calibration_text(manifest),
     )

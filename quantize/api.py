@@ -77,9 +77,14 @@ def quantize_draft(src: str | Path, out: str | Path, options: QuantizeOptions | 
     `auto_exclude` (needs `calib`) also keeps BF16 every layer group whose quantization alone changes the
     draft's top-1 token on more than this fraction of calibration positions (see `measure_sensitivity`);
     `allow_pickle` accepts a draft with only pickle weights, loaded with torch.load(weights_only=True) and
-    converted to safetensors beside OUT (the source is only read).
+    converted to safetensors beside OUT (the source is only read); `draft_vocab` (needs `calib`) keeps the N
+    target tokens the target emits most often in the calibration set (``quantize/vocab_prune.py``): the pruned
+    BF16 draft is quantized as any source. `quantize_lm_head` is refused: no engine loads a quantized Eagle3
+    lm_head (``eagle3_quant/lm_head_support.py``).
     """
     opts = build_options(QuantizeOptions, options, overrides)
+    if opts.quantize_lm_head or opts.draft_vocab is not None:
+        return _quantize_pruned(src, out, opts)
     if opts.allow_pickle:
         source = resolve_source(src, opts.revision, include_pickle=True)
         if pickle_only(source.path):
@@ -88,14 +93,32 @@ def quantize_draft(src: str | Path, out: str | Path, options: QuantizeOptions | 
     return _quantize(src, out, opts)
 
 
+def _quantize_pruned(src: str | Path, out: str | Path, opts: QuantizeOptions) -> QuantizeResult:
+    """--draft-vocab (and the --quantize-lm-head refusal): argument errors first, then the pruning pre-pass."""
+    from eagle3_quant.quantize.vocab_prune import vocab_pruned
+
+    from eagle3_quant.lm_head_support import check_quantize_lm_head
+
+    draft = read_draft(src, opts.revision)
+    if opts.quantize_lm_head:
+        check_quantize_lm_head(draft.config.architecture)
+    if opts.allow_pickle and pickle_only(draft.path):
+        raise SchemeError("--draft-vocab needs a safetensors draft; --allow-pickle converts only unpruned drafts",
+                          field="draft_vocab")
+    out = check_output_target(Path(out), draft.path, opts.force)
+    with vocab_pruned(draft, opts.calib, opts.draft_vocab, out) as (folder, record):
+        return _quantize(folder, out, replace(opts, revision=None), origin=draft.source,
+                         vocab_pruning=record.to_dict())
+
+
 def _check_resources(draft, out: Path, plan: QuantPlan, in_memory: bool) -> None:
     quantized = {d.module for d in plan.quantized}
     output_bytes = estimate_output_bytes(draft, quantized, static_input=not plan.scheme.input.dynamic)
     check_resources(draft, out, output_bytes, {m + ".weight" for m in quantized}, per_shard=not in_memory)
 
 
-def _quantize(src: str | Path, out: str | Path, opts: QuantizeOptions,
-              origin: DraftSource | None = None) -> QuantizeResult:
+def _quantize(src: str | Path, out: str | Path, opts: QuantizeOptions, origin: DraftSource | None = None,
+              vocab_pruning: dict | None = None) -> QuantizeResult:
     started = time.perf_counter()
     chosen = get_scheme(opts.scheme)
     exclude, quantize_fc, calib, auto_exclude = opts.exclude, opts.quantize_fc, opts.calib, opts.auto_exclude
@@ -149,22 +172,26 @@ def _quantize(src: str | Path, out: str | Path, opts: QuantizeOptions,
             raise LoaderCompatError("vLLM would not load this as intended: " + "; ".join(loader.problems[:3]),
                                     path=out)
         with timer.stage("manifest"):
-            manifest = write_manifest(staging, _manifest(draft, source, origin, plan, config, device, calibration,
-                                                         sensitivity, inputs), verified.files)
+            body = _manifest(draft, source, origin, plan, config, device, calibration, sensitivity, vocab_pruning,
+                             inputs)
+            manifest = write_manifest(staging, body, verified.files)
     return QuantizeResult(out, manifest, plan, loader, time.perf_counter() - started, timer.seconds)
 
 
 def _manifest(draft, source: DraftSource, origin: DraftSource | None, plan: QuantPlan, config: dict, device: str,
-              calibration: dict | None, sensitivity: dict | None, inputs: list[FileDigest]) -> Manifest:
+              calibration: dict | None, sensitivity: dict | None, vocab_pruning: dict | None,
+              inputs: list[FileDigest]) -> Manifest:
     scheme = plan.scheme
     return Manifest(
         source=SourceRecord(path=str(source.path), format=draft.format.value, architecture=draft.config.architecture,
                             repo_id=source.repo_id, revision=source.revision, commit=source.commit,
-                            pickle_converted=origin is not None, card=source_card_info(source.path)),
+                            pickle_converted=origin is not None and vocab_pruning is None,
+                            card=source_card_info(source.path)),
         scheme=SchemeRecord(scheme.name, scheme.weight.describe(), scheme.input.describe()),
         exclude=ExcludeRecord(modules=[d.module for d in plan.excluded],
                               vllm_patterns=config["quantization_config"]["exclude"],
                               reasons={d.module: d.reason for d in plan.excluded}),
         layers=[LayerRecord(d.role, d.module, [d.out_features, d.in_features], d.quantize, d.reason)
                 for d in plan.decisions],
-        inputs=list(inputs), outputs=[], device=device, calibration=calibration, sensitivity=sensitivity)
+        inputs=list(inputs), outputs=[], device=device, calibration=calibration, sensitivity=sensitivity,
+        vocab_pruning=vocab_pruning)

@@ -26,6 +26,11 @@ class QuantizeOptions:
     allow_pickle: bool = option(False, "Accept a draft with only pickle (.bin/.pt) weights: loaded with "
                                        "torch.load(weights_only=True), converted to safetensors; the source is "
                                        "only read.")
+    draft_vocab: int | None = option(None, "Prune the draft vocabulary to the N target tokens the target emits "
+                                           "most often in the calibration set (needs --calib): lm_head sliced, "
+                                           "d2t/t2d written.")
+    quantize_lm_head: bool = option(False, "Refused: no engine loads a quantized Eagle3 lm_head (the error says "
+                                           "why).", pipeline=False)
     verbose: bool = option(False, "Show the libraries' own log (Quark).", pipeline=False)
 
     def __post_init__(self) -> None:
@@ -40,6 +45,10 @@ class QuantizeOptions:
         if chosen.needs_calibration and self.calib is None:
             raise SchemeError(f"scheme {chosen.name!r} has static input scales and needs calibration data "
                               "(--calib CAL, made by `eagle3-quant calibrate`)", field="calib")
+        check_positive(self.draft_vocab, "draft_vocab")
+        if self.draft_vocab is not None and self.calib is None:
+            raise SchemeError("--draft-vocab ranks tokens by the target's own next tokens: give --calib CAL",
+                              field="calib")
         if self.auto_exclude is not None and self.calib is None:
             raise SchemeError("--auto-exclude measures layer sensitivity on calibration data: give --calib CAL",
                               field="calib")

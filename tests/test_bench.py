@@ -68,3 +68,18 @@ def test_bench_runs_on_tiny_and_writes_json(tmp_path, capsys):
     assert set(results["targets"]) == {"quantize wall / bare Quark", "quantize peak RSS / bare Quark",
                                        "--help wall s", "inspect wall s (largest shape)"}
     assert not (tmp_path / "cache" / "runs" / "tiny-eagle3-quant").exists()   # outputs are cleaned up
+
+
+def test_step_bytes_table_for_real_draft_shapes():
+    from bench.step_bytes import format_step_bytes, step_bytes
+
+    results = step_bytes()
+    kimi, llama = results["kimi-k2.5"], results["llama3.1-8b"]
+    assert round(kimi["bf16"]["bytes"] / 1e9, 2) == 4.01
+    assert kimi["ptpc"]["over_bf16"] == pytest.approx(0.83, abs=0.005)
+    assert kimi["ptpc + 32K vocab"]["over_bf16"] <= 0.37
+    assert kimi["ptpc + 32K vocab"]["bytes_by_part"]["lm_head"] == 2 * 32000 * 7168
+    # the Llama-3.1-8B draft already has a 32K vocabulary: pruning to 32K changes nothing
+    assert llama["ptpc + 32K vocab"]["bytes"] == llama["ptpc"]["bytes"] < llama["bf16"]["bytes"]
+    table = format_step_bytes(results)
+    assert "kimi-k2.5" in table and "4.01 GB" in table and "0.360" in table

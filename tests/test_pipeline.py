@@ -51,6 +51,8 @@ def test_example_pipeline_is_valid_and_names_the_kimi_draft():
     ({"push": {"repo_id": None}}, "field 'push.repo_id': required when push is enabled"),
     ({"pipeline_version": 2}, "version 2 is not supported"),
     ({"quantize": {"auto_exclude": 0.02}}, "field 'quantize.auto_exclude': auto_exclude measures sensitivity"),
+    ({"quantize": {"draft_vocab": 32000}}, "field 'quantize.draft_vocab': draft_vocab ranks the target's own"),
+    ({"quantize": {"draft_vocab": "32K"}}, "field 'quantize.draft_vocab': '32K' is not an integer or null"),
 ])
 def test_schema_errors_name_the_field_and_the_valid_choices(tmp_path, fields, message):
     with pytest.raises(PipelineSpecError) as info:

@@ -94,11 +94,15 @@ def calibration_fidelity(candidate: Eagle3Draft, reference: Eagle3Draft, calib: 
         ids, aux = ids.to(device), aux.to(device)
         ref = reference.propose_all(ids, aux, k, return_logits=True)
         cand = candidate.propose_all(ids, aux, k, return_logits=True)
-        log_ref = torch.log_softmax(ref.logits[0, :, 0].float(), dim=-1)
-        log_cand = torch.log_softmax(cand.logits[0, :, 0].float(), dim=-1)
-        kl_sum += float((log_ref.exp() * (log_ref - log_cand)).sum())
-        agree += float((log_ref.argmax(-1) == log_cand.argmax(-1)).sum())
-        positions += log_ref.shape[0]
+        if ref.logits.shape[-1] == cand.logits.shape[-1]:
+            log_ref = torch.log_softmax(ref.logits[0, :, 0].float(), dim=-1)
+            log_cand = torch.log_softmax(cand.logits[0, :, 0].float(), dim=-1)
+            kl_sum += float((log_ref.exp() * (log_ref - log_cand)).sum())
+            agree += float((log_ref.argmax(-1) == log_cand.argmax(-1)).sum())
+        else:   # a pruned vocabulary: no KL between different supports; top-1 compared as target ids
+            kl_sum = math.nan
+            agree += float((ref.target_ids[0, :, 0] == cand.target_ids[0, :, 0]).sum())
+        positions += ref.target_ids.shape[1]
         starts = valid_starts(sample.input_ids, sample.target_next_ids, k)
         accepted_ref.append(accepted_counts(ref.target_ids[0].cpu(), sample.target_next_ids, starts))
         accepted_cand.append(accepted_counts(cand.target_ids[0].cpu(), sample.target_next_ids, starts))

@@ -140,16 +140,30 @@ def check_finite(art: Fp8Artifact) -> Check:
     return passed("finite", f"no NaN/Inf (FP8 NaN encodings included) in {checked} float tensors")
 
 
+VOCAB_TENSORS = frozenset({"lm_head.weight", "d2t", "t2d"})
+
+
+def pruned_vocab(out: Path) -> int | None:
+    """The draft vocabulary `quantize --draft-vocab` pruned OUT to (its manifest says), else None."""
+    try:
+        return int((Manifest.read(out).vocab_pruning or {})["draft_vocab"])
+    except (ManifestError, KeyError, TypeError, ValueError):
+        return None
+
+
 def check_unchanged(art: Fp8Artifact, reference: DraftCheckpoint | None) -> Check:
     if reference is None:
         return skipped("unchanged_parts", "no reference draft (--reference, or a local source in the manifest)")
     ref, out = reference.checkpoint.tensors, art.checkpoint.tensors
     scales = {f"{m}.{s}" for m in art.fp8_modules for s in SCALE_SUFFIXES}
+    pruned = pruned_vocab(art.path)
+    # a pruned vocabulary: lm_head/d2t/t2d were compared with the pruned source by the export verification
+    skip = scales | (VOCAB_TENSORS if pruned is not None else set())
     problems, same = [], 0
-    for name in sorted(set(ref) - set(out)):
+    for name in sorted(set(ref) - set(out) - skip):
         problems.append(f"{name} is in the reference but not in the output")
     for name, info in sorted(out.items()):
-        if name in scales:
+        if name in skip:
             continue
         source = ref.get(name)
         if source is None:
@@ -164,8 +178,10 @@ def check_unchanged(art: Fp8Artifact, reference: DraftCheckpoint | None) -> Chec
             same += 1
     if problems:
         return failed("unchanged_parts", _listed(problems))
+    pruning = "" if pruned is None else (f"; vocabulary pruned to {pruned} (lm_head, d2t, t2d verified against the "
+                                         "pruned source at export)")
     return passed("unchanged_parts", f"{same} tensors kept in their source precision are byte-identical to the "
-                                     "reference")
+                                     "reference" + pruning)
 
 
 def _config_problems(art: Fp8Artifact, reference: DraftCheckpoint | None) -> list[str]:
@@ -184,8 +200,9 @@ def _config_problems(art: Fp8Artifact, reference: DraftCheckpoint | None) -> lis
         problems.append("inputs are declared static but some FP8 linears have no input_scale")
     if reference is not None:
         ref_raw = reference.config.raw
-        for key in sorted(set(ref_raw) | set(art.raw_config) - {"quantization_config"}):
-            if key != "quantization_config" and ref_raw.get(key) != art.raw_config.get(key):
+        pruned = {"draft_vocab_size"} if pruned_vocab(art.path) is not None else set()
+        for key in sorted(set(ref_raw) | set(art.raw_config) - {"quantization_config"} - pruned):
+            if key not in pruned | {"quantization_config"} and ref_raw.get(key) != art.raw_config.get(key):
                 problems.append(f"config key {key!r} differs from the reference")
     return problems
 

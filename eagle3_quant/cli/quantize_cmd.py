@@ -29,6 +29,10 @@ def quantize_command(
     force: Annotated[bool, typer.Option("--force", help=help_of(Q, "force"))] = default(Q, "force"),
     revision: Annotated[str | None, typer.Option(help=help_of(Q, "revision"))] = default(Q, "revision"),
     verbose: Annotated[bool, typer.Option("--verbose", help=help_of(Q, "verbose"))] = default(Q, "verbose"),
+    draft_vocab: Annotated[int | None, typer.Option("--draft-vocab", help=help_of(Q, "draft_vocab"))]
+    = default(Q, "draft_vocab"),
+    quantize_lm_head: Annotated[bool, typer.Option("--quantize-lm-head", help=help_of(Q, "quantize_lm_head"))]
+    = default(Q, "quantize_lm_head"),
     allow_pickle: Annotated[bool, typer.Option("--allow-pickle", help=help_of(Q, "allow_pickle"))]
     = default(Q, "allow_pickle"),
 ) -> None:
@@ -38,7 +42,7 @@ def quantize_command(
 
     options = Q(scheme=scheme.value, exclude=tuple(exclude or ()), quantize_fc=quantize_fc, device=device,
                 calib=calib, auto_exclude=auto_exclude, force=force, revision=revision, verbose=verbose,
-                allow_pickle=allow_pickle)
+                allow_pickle=allow_pickle, draft_vocab=draft_vocab, quantize_lm_head=quantize_lm_head)
     if quantize_fc:
         console.print("[yellow]warning:[/] --quantize-fc: vLLM only. SGLang's Eagle3 loader keeps fc as a plain "
                       "nn.Linear: it casts the FP8 weight and drops fc.weight_scale, silently (`validate` fails "
@@ -50,3 +54,8 @@ def quantize_command(
                   f"{human_bytes(sum(o.size for o in outputs))}; "
                   f"{len(result.plan.quantized)} linears FP8 ({result.plan.scheme.name}), "
                   f"{len(result.plan.excluded)} kept BF16; manifest {result.manifest_path.name}")
+    pruning = result.manifest.vocab_pruning
+    if pruning:
+        console.print(f"draft vocabulary {pruning['draft_vocab_before']} -> {pruning['draft_vocab']}: covers "
+                      f"{pruning['coverage']:.2%} of the calibration set's {pruning['target_tokens']} target tokens "
+                      f"(before: {pruning['coverage_before']:.2%})")

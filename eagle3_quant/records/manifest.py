@@ -78,6 +78,7 @@ class Manifest:
     device: str = "cpu"
     calibration: dict[str, Any] | None = None     # static scales: the set, samples, tokens, every input scale
     sensitivity: dict[str, Any] | None = None     # --auto-exclude: threshold and the measured table
+    vocab_pruning: dict[str, Any] | None = None   # --draft-vocab: sizes and coverage before and after
     manifest_version: int = MANIFEST_VERSION
     created_at: str = ""
     command: list[str] = field(default_factory=list)
@@ -85,11 +86,11 @@ class Manifest:
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
-        for optional in ("calibration", "sensitivity"):
+        for optional in ("calibration", "sensitivity", "vocab_pruning"):
             if data[optional] is None:
                 del data[optional]
         order = ("manifest_version", "created_at", "command", "versions", "source", "scheme", "exclude", "layers",
-                 "device", "calibration", "sensitivity", "inputs", "outputs")
+                 "device", "calibration", "sensitivity", "vocab_pruning", "inputs", "outputs")
         return {key: data[key] for key in order if key in data}
 
     @classmethod
@@ -111,6 +112,7 @@ class Manifest:
                 device=str(data.get("device", "cpu")),
                 calibration=data.get("calibration") if isinstance(data.get("calibration"), dict) else None,
                 sensitivity=data.get("sensitivity") if isinstance(data.get("sensitivity"), dict) else None,
+                vocab_pruning=data.get("vocab_pruning") if isinstance(data.get("vocab_pruning"), dict) else None,
                 created_at=str(data.get("created_at", "")),
                 command=[str(c) for c in data.get("command") or []],
                 versions={str(k): str(v) for k, v in (data.get("versions") or {}).items()},

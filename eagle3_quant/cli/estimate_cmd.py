@@ -1,0 +1,38 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from eagle3_quant.cli.app import app
+
+
+@app.command("estimate")
+def estimate_command(
+    out: Annotated[Path, typer.Argument(help="Quantized draft folder.")],
+    verify_ms: Annotated[float, typer.Option("--verify-ms", help="Time of one target forward (verification), ms.")],
+    validation: Annotated[Path | None, typer.Option(
+        help="Validation report with per-position acceptance (default: OUT/validation.json).")] = None,
+    draft_ms: Annotated[float | None, typer.Option(
+        "--draft-ms", help="Draft-side time of one cycle, ms (default: measured kernel timings, else the "
+        "bandwidth floor).")] = None,
+    k: Annotated[int | None, typer.Option("--k", min=1, help="Draft steps per cycle (default: the report's k).")]
+    = None,
+    device_profile: Annotated[str, typer.Option(
+        "--device-profile", help="mi355x, mi300x or h200: bandwidth for the floor.")] = "mi355x",
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    no_write: Annotated[bool, typer.Option("--no-write", help="Do not write OUT/speedup_estimate.json.")] = False,
+) -> None:
+    """Estimate the speedup of serving with this draft: tokens per cycle from measured acceptance, a cycle model."""
+    from eagle3_quant.speedup import estimate_draft
+
+    result = estimate_draft(out, verify_ms, validation=validation, draft_ms=draft_ms, k=k,
+                            device_profile=device_profile, write=not no_write)
+    if as_json:
+        typer.echo(json.dumps(result.to_dict(), indent=2))
+        return
+    from eagle3_quant.cli.render_cost import print_estimate
+
+    print_estimate(result, None if no_write else out / "speedup_estimate.json")

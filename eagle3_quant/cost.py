@@ -1,0 +1,314 @@
+"""What one draft step costs: weight bytes read by part, FLOPs, KV-cache bytes, and the bandwidth floor.
+
+A draft step at low concurrency is bound by the bytes of weights it reads. The model counts, for one token of
+one draft step: every linear weight (fc, attention, MLP, lm_head) and its scales in full, the norms, ``d2t``
+(vLLM's ``compute_logits`` scatters through all of it), one row of the embedding (a gather, not the matrix),
+and no ``t2d`` (vLLM skips it at load). ``fc`` runs once per speculation cycle (later steps feed back the
+draft's own hidden state), so a cycle of k steps reads ``fc + k * (step - fc)``.
+
+Everything comes from safetensors headers or from shapes alone (no torch): ``checkpoint_cost`` reads a draft
+folder, BF16 source or quantized output; ``shape_tensors`` builds the tensor list of a draft from its
+dimensions (the bench's Llama-3.1-8B- and Kimi-K2.5-shaped drafts need no files).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from eagle3_quant.errors import SchemeError
+from eagle3_quant.reading.safetensors_header import DTYPE_SIZES, FP8_DTYPES
+
+READ_PARTS = ("fc", "attention", "mlp", "lm_head", "embedding", "norm", "vocab_map", "extra")
+MATMUL_PARTS = frozenset({"fc", "attention", "mlp", "lm_head"})
+SCALE_SUFFIXES = ("weight_scale", "input_scale", "weight_zero_point", "input_zero_point", "output_scale")
+LAYER_PREFIXES = ("midlayer.", "layers.0.", "model.layers.0.")
+KV_CACHE_DTYPE_BYTES = 2      # BF16 KV cache: the draft's artifacts quantize no KV cache
+
+
+@dataclass(frozen=True)
+class DeviceProfile:
+    name: str
+    device: str
+    hbm_bytes_per_s: float     # peak HBM bandwidth, public spec sheet
+
+
+DEVICE_PROFILES: dict[str, DeviceProfile] = {p.name: p for p in (
+    DeviceProfile("mi355x", "AMD Instinct MI355X", 8.0e12),
+    DeviceProfile("mi300x", "AMD Instinct MI300X", 5.3e12),
+    DeviceProfile("h200", "NVIDIA H200", 4.8e12),
+)}
+
+
+def get_device_profile(name: str) -> DeviceProfile:
+    try:
+        return DEVICE_PROFILES[name]
+    except KeyError:
+        raise SchemeError(f"unknown device profile {name!r}; valid profiles: {', '.join(DEVICE_PROFILES)}",
+                          field="device_profile") from None
+
+
+@dataclass(frozen=True)
+class WeightTensor:
+    """One checkpoint tensor as the cost model sees it: name, shape and stored dtype (safetensors name)."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+
+    @property
+    def part(self) -> str:
+        return part_of(self.name)
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * DTYPE_SIZES[self.dtype]
+
+    @property
+    def read_bytes(self) -> int:
+        """Bytes one token of one draft step reads from this tensor."""
+        if self.part == "embedding":
+            return self.nbytes // self.shape[0] if self.shape and self.shape[0] else 0
+        if self.name == "t2d":
+            return 0
+        return self.nbytes
+
+    @property
+    def is_scale(self) -> bool:
+        return self.name.rsplit(".", 1)[-1] in SCALE_SUFFIXES
+
+    @property
+    def matmul_flops(self) -> int:
+        """2 * out * in for a linear weight that the step multiplies by (one token)."""
+        if self.part in MATMUL_PARTS and self.name.endswith(".weight") and len(self.shape) == 2:
+            return 2 * self.shape[0] * self.shape[1]
+        return 0
+
+
+def part_of(name: str) -> str:
+    """fc, attention, mlp, lm_head, embedding, norm, vocab_map or extra, from the tensor name alone."""
+    if name in ("d2t", "t2d"):
+        return "vocab_map"
+    if "embed_tokens" in name:
+        return "embedding"
+    if name.startswith("lm_head."):
+        return "lm_head"
+    if name.startswith("fc."):
+        return "fc"
+    inner = next((name[len(p):] for p in LAYER_PREFIXES if name.startswith(p)), None)
+    if inner is not None and inner.startswith("self_attn.") and "norm" not in inner:
+        return "attention"
+    if inner is not None and inner.startswith("mlp."):
+        return "mlp"
+    if "norm" in name:
+        return "norm"
+    return "extra"
+
+
+@dataclass(frozen=True)
+class StepCost:
+    """Bytes one draft step reads (one token, batch 1), by part, and its matmul FLOPs."""
+
+    label: str
+    bytes_by_part: dict[str, int]
+    flops_per_token: int
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(self.bytes_by_part.values())
+
+    def cycle_bytes(self, k: int) -> int:
+        """k draft steps of one speculation cycle: fc once, the rest k times."""
+        fc = self.bytes_by_part.get("fc", 0)
+        return fc + k * (self.total_bytes - fc)
+
+    def floor_ms(self, profile: DeviceProfile, k: int = 1) -> float:
+        """Lower bound on the time of k steps: their weight bytes at the device's peak HBM bandwidth."""
+        return self.cycle_bytes(k) / profile.hbm_bytes_per_s * 1e3
+
+    def to_dict(self) -> dict:
+        return {"label": self.label, "bytes_by_part": dict(self.bytes_by_part), "total_bytes": self.total_bytes,
+                "flops_per_token": self.flops_per_token}
+
+
+def step_cost(tensors: Iterable[WeightTensor], label: str) -> StepCost:
+    by_part = dict.fromkeys(READ_PARTS, 0)
+    flops = 0
+    for t in tensors:
+        by_part[t.part] += t.read_bytes
+        flops += t.matmul_flops
+    return StepCost(label, {k: v for k, v in by_part.items() if v}, flops)
+
+
+def as_bf16(tensors: Iterable[WeightTensor]) -> list[WeightTensor]:
+    """The unquantized draft: FP8 weights read back as BF16, quantization scales dropped."""
+    return [replace(t, dtype="BF16") if t.dtype in FP8_DTYPES else t for t in tensors if not t.is_scale]
+
+
+def quantize_modules(tensors: Iterable[WeightTensor], modules: Iterable[str], *,
+                     per_channel: bool = True, static_input: bool = False) -> list[WeightTensor]:
+    """Project what a scheme writes for these linears: FP8 weight + float32 scales (per row, or one)."""
+    wanted = set(modules)
+    out: list[WeightTensor] = []
+    for t in tensors:
+        module = t.name.removesuffix(".weight")
+        if module not in wanted or not t.name.endswith(".weight"):
+            out.append(t)
+            continue
+        out.append(replace(t, dtype="F8_E4M3"))
+        out.append(WeightTensor(f"{module}.weight_scale", (t.shape[0],) if per_channel else (), "F32"))
+        if static_input:
+            out.append(WeightTensor(f"{module}.input_scale", (), "F32"))
+    return out
+
+
+def layer_linear_modules(tensors: Iterable[WeightTensor]) -> list[str]:
+    """The default plan's FP8 linears: every attention and MLP weight (fc and lm_head stay BF16)."""
+    return [t.name.removesuffix(".weight") for t in tensors
+            if t.part in ("attention", "mlp") and t.name.endswith(".weight") and len(t.shape) == 2]
+
+
+def prune_vocab(tensors: Sequence[WeightTensor], draft_vocab: int) -> list[WeightTensor]:
+    """Project a draft vocabulary of N tokens: lm_head (and its row scales) to N rows, d2t to N offsets."""
+    head = next((t for t in tensors if t.name == "lm_head.weight"), None)
+    if head is None:
+        raise SchemeError("the draft has no lm_head.weight to prune", field="draft_vocab")
+    if not 0 < draft_vocab <= head.shape[0]:
+        raise SchemeError(f"{draft_vocab} is not in 1..{head.shape[0]} (the current draft vocabulary)",
+                          field="draft_vocab")
+    out = []
+    for t in tensors:
+        if t.name.startswith("lm_head.") and t.shape and t.shape[0] == head.shape[0]:
+            t = replace(t, shape=(draft_vocab, *t.shape[1:]))
+        elif t.name == "d2t":
+            t = replace(t, shape=(draft_vocab,))
+        out.append(t)
+    if not any(t.name == "d2t" for t in out):
+        out.append(WeightTensor("d2t", (draft_vocab,), "I64"))
+    return out
+
+
+@dataclass(frozen=True)
+class DraftDims:
+    """The dimensions that fix a Llama-style Eagle3 draft's tensors (SpecForge names)."""
+
+    hidden_size: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    draft_vocab_size: int | None = None      # None: a full-vocabulary lm_head, no d2t
+    target_hidden_size: int | None = None
+    embedding: bool = False
+    dtype: str = "BF16"
+
+    def tensors(self) -> list[WeightTensor]:
+        h, dt = self.hidden_size, self.dtype
+        q, kv = self.num_attention_heads * self.head_dim, self.num_key_value_heads * self.head_dim
+        i, ht = self.intermediate_size, self.target_hidden_size or h
+        dv = self.draft_vocab_size or self.vocab_size
+        rows = [("fc.weight", (h, 3 * ht)),
+                ("midlayer.self_attn.q_proj.weight", (q, 2 * h)), ("midlayer.self_attn.k_proj.weight", (kv, 2 * h)),
+                ("midlayer.self_attn.v_proj.weight", (kv, 2 * h)), ("midlayer.self_attn.o_proj.weight", (h, q)),
+                ("midlayer.mlp.gate_proj.weight", (i, h)), ("midlayer.mlp.up_proj.weight", (i, h)),
+                ("midlayer.mlp.down_proj.weight", (h, i)),
+                *((f"midlayer.{n}.weight", (h,)) for n in ("input_layernorm", "hidden_norm",
+                                                          "post_attention_layernorm")),
+                ("norm.weight", (h,)), ("lm_head.weight", (dv, h))]
+        if self.embedding:
+            rows.append(("embed_tokens.weight", (self.vocab_size, h)))
+        out = [WeightTensor(name, shape, dt) for name, shape in rows]
+        if self.draft_vocab_size is not None and self.draft_vocab_size != self.vocab_size:
+            out += [WeightTensor("d2t", (dv,), "I64"), WeightTensor("t2d", (self.vocab_size,), "BOOL")]
+        return out
+
+
+@dataclass(frozen=True)
+class DraftCost:
+    """A draft step in BF16 and as written (or as the default plan would write it), with context costs."""
+
+    source: str
+    bf16: StepCost
+    written: StepCost
+    kv_bytes_per_context_token: int
+    attention_flops_per_context_token: int
+    notes: tuple[str, ...] = ()
+    profile: DeviceProfile | None = None
+    k: int = 3
+    tensors: tuple[WeightTensor, ...] = field(default=(), repr=False, compare=False)
+
+    @property
+    def ratio(self) -> float:
+        return self.written.total_bytes / self.bf16.total_bytes
+
+    def to_dict(self) -> dict:
+        out = {"source": self.source, "bf16": self.bf16.to_dict(), "written": self.written.to_dict(),
+               "written_over_bf16": self.ratio, "kv_bytes_per_context_token": self.kv_bytes_per_context_token,
+               "attention_flops_per_context_token": self.attention_flops_per_context_token,
+               "notes": list(self.notes)}
+        if self.profile is not None:
+            out["device_profile"] = {
+                "name": self.profile.name, "device": self.profile.device,
+                "hbm_bytes_per_s": self.profile.hbm_bytes_per_s, "k": self.k,
+                "bf16_step_floor_ms": self.bf16.floor_ms(self.profile),
+                "written_step_floor_ms": self.written.floor_ms(self.profile),
+                "bf16_cycle_floor_ms": self.bf16.floor_ms(self.profile, self.k),
+                "written_cycle_floor_ms": self.written.floor_ms(self.profile, self.k)}
+        return out
+
+
+def tensors_cost(tensors: Sequence[WeightTensor], *, source: str, kv_heads: int, heads: int, head_dim: int,
+                 draft_vocab: int | None = None, profile: DeviceProfile | None = None, k: int = 3,
+                 project_ptpc: bool | None = None) -> DraftCost:
+    """'written' is the tensors as stored; for an unquantized list (project_ptpc None) or project_ptpc=True,
+    the default PTPC plan's projection of them; draft_vocab projects a pruned vocabulary on top."""
+    notes = []
+    quantized = any(t.dtype in FP8_DTYPES for t in tensors)
+    project = not quantized if project_ptpc is None else project_ptpc and not quantized
+    written = list(tensors)
+    label = "as written" if quantized else "bf16"
+    if project:
+        written = quantize_modules(written, layer_linear_modules(written))
+        label = "ptpc_fp8 (projected)"
+        notes.append("unquantized source: 'written' is the default ptpc_fp8 plan (attention + MLP FP8, fc and "
+                     "lm_head BF16) as `quantize` would write it")
+    if draft_vocab is not None:
+        written = prune_vocab(written, draft_vocab)
+        label += f" + vocab {draft_vocab:,}"
+        notes.append(f"'written' projects a draft vocabulary of {draft_vocab:,} tokens (lm_head rows, d2t)")
+    return DraftCost(
+        source=source, bf16=step_cost(as_bf16(tensors), "bf16"), written=step_cost(written, label),
+        kv_bytes_per_context_token=2 * kv_heads * head_dim * KV_CACHE_DTYPE_BYTES,
+        attention_flops_per_context_token=4 * heads * head_dim, notes=tuple(notes), profile=profile, k=k,
+        tensors=tuple(written))
+
+
+def dims_cost(dims: DraftDims, *, quantize: bool = False, draft_vocab: int | None = None,
+              profile: DeviceProfile | None = None, k: int = 3, source: str = "dimensions") -> DraftCost:
+    """Cost from dimensions alone; quantize=True projects the default PTPC plan (as for a BF16 source)."""
+    return tensors_cost(dims.tensors(), source=source, kv_heads=dims.num_key_value_heads,
+                        heads=dims.num_attention_heads, head_dim=dims.head_dim, draft_vocab=draft_vocab,
+                        profile=profile, k=k, project_ptpc=quantize)
+
+
+def checkpoint_cost(src: str | Path, *, revision: str | None = None, draft_vocab: int | None = None,
+                    device_profile: str | None = None, k: int = 3) -> DraftCost:
+    """Cost of a draft folder (BF16 source or quantized output) or Hub repo, from its headers only."""
+    from eagle3_quant.reading.checkpoint import read_checkpoint
+    from eagle3_quant.reading.config import load_config_file, parse_config
+    from eagle3_quant.reading.formats import detect_format
+    from eagle3_quant.reading.source import resolve_source
+
+    profile = get_device_profile(device_profile) if device_profile else None
+    source = resolve_source(src, revision)
+    checkpoint = read_checkpoint(source.path)
+    raw = load_config_file(source.path / "config.json")
+    config = parse_config(raw, detect_format(checkpoint.tensors, raw, str(source.path)),
+                          source.path / "config.json")
+    tensors = [WeightTensor(name, info.shape, info.dtype) for name, info in sorted(checkpoint.tensors.items())]
+    return tensors_cost(tensors, source=source.describe(), kv_heads=config.num_key_value_heads,
+                        heads=config.num_attention_heads, head_dim=config.head_dim, draft_vocab=draft_vocab,
+                        profile=profile, k=k)

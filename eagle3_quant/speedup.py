@@ -1,0 +1,221 @@
+"""Speedup estimate of speculative decoding with a draft, from measured acceptance and a cycle-time model.
+
+One speculation cycle = the draft side (k draft steps, ``fc`` once) + one verification forward of the target.
+Expected tokens per cycle (Leviathan et al. 2023, with measured per-position rates):
+``E = 1 + sum_{j=1..k} prod_{i<=j} a_i``, where ``a_i`` is the conditional acceptance of step i. The validation
+report's ``per_position_acceptance_*`` already holds the products (the share of chains whose first j steps were
+all accepted, vLLM's per-position counters), so ``E = 1 + sum(per_position[:k])``.
+
+Without speculation the target spends one forward per token; ``--verify-ms`` is the time of one target forward,
+taken to be the same for a verification of k+1 tokens (memory-bound decode). So::
+
+    cycle = draft_ms + verify_ms;  verify share = verify_ms / cycle
+    speedup over no speculation = E * verify_ms / cycle
+    speedup over the BF16 draft = (E / cycle) / (E_bf16 / cycle_bf16)
+
+Draft-side time, in order of preference: given (``--draft-ms``); measured FP8 kernel timings in the report
+(batch 1, the quantized linears, k steps) plus the bandwidth floor of the rest; else the bandwidth floor of
+the whole cycle (a lower bound: the estimate is then an upper bound). The BF16 draft's time is the same minus
+the FP8 saving: measured BF16 timings where the FP8 ones were measured, else the floors' difference.
+Everything here is an estimate and says so; nothing is measured on an engine.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from eagle3_quant.cost import DeviceProfile, DraftCost
+from eagle3_quant.errors import EstimateInputError
+from eagle3_quant.records.validation_report import REPORT_NAME
+
+ESTIMATE_NAME = "speedup_estimate.json"
+ESTIMATE_VERSION = 1
+
+
+def tokens_per_round(per_position: Sequence[float], k: int) -> float:
+    """E = 1 + sum of the first k cumulative per-position acceptance rates."""
+    if k > len(per_position):
+        raise EstimateInputError(f"k={k} but acceptance was measured for {len(per_position)} positions", field="k")
+    return 1.0 + sum(per_position[:k])
+
+
+@dataclass(frozen=True)
+class ReportAcceptance:
+    """What an estimate needs from a validation report."""
+
+    per_position: tuple[float, ...]            # the FP8 draft's cumulative rates
+    per_position_bf16: tuple[float, ...] | None
+    drafts: int | None
+    layer_ms: float | None = None              # measured FP8 quantized linears, batch 1, one step
+    layer_ms_bf16: float | None = None         # the same linears in BF16
+    kernel_device: str | None = None
+    reference: str | None = None               # the BF16 draft the acceptance was compared with
+
+
+def read_report_acceptance(path: str | Path) -> ReportAcceptance:
+    """Per-position acceptance (and batch-1 kernel timings when measured) from a validation.json."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise EstimateInputError("no such file", path=path) from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise EstimateInputError(f"not a readable JSON report ({exc})", path=path) from None
+    metrics = data.get("metrics") if isinstance(data, dict) else None
+    if not isinstance(metrics, dict):
+        raise EstimateInputError("no metrics object: not a validation report", path=path, field="metrics")
+    fp8 = _rates(metrics.get("per_position_acceptance_fp8"))
+    if fp8 is None:
+        raise EstimateInputError("acceptance was not measured (validate needs --calib and --reference)",
+                                 path=path, field="metrics.per_position_acceptance_fp8")
+    layer_ms, layer_ms_bf16, device = _batch1_timing(data.get("kernel"))
+    drafts, reference = metrics.get("drafts"), data.get("reference")
+    return ReportAcceptance(fp8, _rates(metrics.get("per_position_acceptance_bf16")),
+                            drafts if isinstance(drafts, int) else None, layer_ms, layer_ms_bf16, device,
+                            reference if isinstance(reference, str) else None)
+
+
+def _rates(value: Any) -> tuple[float, ...] | None:
+    if not isinstance(value, list) or not value:
+        return None
+    if not all(isinstance(v, int | float) and not isinstance(v, bool) and 0.0 <= v <= 1.0 for v in value):
+        return None
+    return tuple(float(v) for v in value)
+
+
+def _batch1_timing(kernel: Any) -> tuple[float | None, float | None, str | None]:
+    timing = kernel.get("timing") if isinstance(kernel, Mapping) else None
+    if not isinstance(timing, Mapping) or 1 not in (timing.get("batch_sizes") or []):
+        return None, None, None
+    i = timing["batch_sizes"].index(1)
+    try:
+        fp8, bf16 = float(timing["total_fp8_ms"][i]), float(timing["total_bf16_ms"][i])
+    except (KeyError, IndexError, TypeError, ValueError):
+        return None, None, None
+    if not (math.isfinite(fp8) and math.isfinite(bf16) and fp8 > 0 and bf16 > 0):
+        return None, None, None
+    return fp8, bf16, str(kernel.get("device") or "") or None
+
+
+@dataclass(frozen=True)
+class SpeedupEstimate:
+    k: int
+    tokens_per_round: float
+    tokens_per_round_bf16: float | None
+    verify_ms: float
+    draft_ms: float
+    draft_ms_source: str
+    draft_ms_bf16: float | None
+    device_profile: str | None
+    cycle_ms: float
+    verify_share: float
+    speedup_vs_no_spec: float
+    speedup_vs_bf16_draft: float | None
+    acceptance_source: str
+
+    def to_dict(self) -> dict:
+        return {"estimate_version": ESTIMATE_VERSION, "kind": "estimate (cycle model, not an engine measurement)",
+                **asdict(self)}
+
+    def write(self, folder: Path) -> Path:
+        path = folder / ESTIMATE_NAME
+        tmp = path.with_name(f".{ESTIMATE_NAME}.tmp")
+        tmp.write_text(json.dumps(self.to_dict(), indent=2, allow_nan=False) + "\n")
+        tmp.replace(path)
+        return path
+
+
+def cycle_speedup(tokens: float, verify_ms: float, draft_ms: float) -> tuple[float, float, float]:
+    """(cycle ms, verify share of the cycle, speedup over one target forward per token)."""
+    cycle = draft_ms + verify_ms
+    return cycle, verify_ms / cycle, tokens * verify_ms / cycle
+
+
+def draft_side_ms(cost: DraftCost | None, profile: DeviceProfile | None, k: int, *, given_ms: float | None,
+                  acceptance: ReportAcceptance | None) -> tuple[float, float | None, str]:
+    """(FP8 draft ms, BF16 draft ms or None, where the numbers come from) for one cycle of k steps."""
+    floor = bf16_floor = None
+    if cost is not None and profile is not None:
+        floor, bf16_floor = cost.written.floor_ms(profile, k), cost.bf16.floor_ms(profile, k)
+    if given_ms is not None:
+        if not given_ms > 0:
+            raise EstimateInputError(f"--draft-ms {given_ms} is not a positive time", field="draft_ms")
+        bf16 = given_ms + (bf16_floor - floor) if floor is not None else None
+        return given_ms, bf16, "given (--draft-ms); BF16 draft: + the bandwidth floors' difference" \
+            if bf16 is not None else "given (--draft-ms)"
+    if floor is None:
+        raise EstimateInputError("no draft-side time: give --draft-ms, or a device profile for the bandwidth "
+                                 "floor", field="draft_ms")
+    if acceptance is not None and acceptance.layer_ms is not None:
+        rest = _unmeasured_floor_ms(cost, profile, k)
+        return (k * acceptance.layer_ms + rest, k * acceptance.layer_ms_bf16 + rest,
+                f"measured FP8/BF16 kernel timings at batch 1 ({acceptance.kernel_device or 'device'}) x {k} "
+                f"steps + the {profile.name} bandwidth floor of the other weights")
+    return floor, bf16_floor, f"{profile.name} bandwidth floor ({profile.hbm_bytes_per_s / 1e12:.1f} TB/s): " \
+                              "a lower bound, so the speedups are upper bounds"
+
+
+def _unmeasured_floor_ms(cost: DraftCost, profile: DeviceProfile, k: int) -> float:
+    """Floor of what the kernel timing does not cover: everything but the FP8 linears' weights and scales."""
+    by_part = cost.written.bytes_by_part
+    fc = by_part.get("fc", 0)
+    timed = sum(t.read_bytes for t in cost.tensors if t.dtype.startswith("F8") or t.is_scale)
+    per_step = sum(by_part.values()) - fc - timed
+    return (fc + k * per_step) / profile.hbm_bytes_per_s * 1e3
+
+
+def estimate_speedup(acceptance: ReportAcceptance, verify_ms: float, *, k: int | None = None,
+                     draft_ms: float | None = None, cost: DraftCost | None = None,
+                     profile: DeviceProfile | None = None, source: str = "validation report") -> SpeedupEstimate:
+    if not verify_ms > 0:
+        raise EstimateInputError(f"--verify-ms {verify_ms} is not a positive time", field="verify_ms")
+    k = k or len(acceptance.per_position)
+    if k < 1:
+        raise EstimateInputError(f"k={k} must be at least 1", field="k")
+    tokens = tokens_per_round(acceptance.per_position, k)
+    tokens_bf16 = tokens_per_round(acceptance.per_position_bf16, k) \
+        if acceptance.per_position_bf16 and len(acceptance.per_position_bf16) >= k else None
+    fp8_ms, bf16_ms, where = draft_side_ms(cost, profile, k, given_ms=draft_ms, acceptance=acceptance)
+    cycle, share, speedup = cycle_speedup(tokens, verify_ms, fp8_ms)
+    vs_bf16 = None
+    if tokens_bf16 is not None and bf16_ms is not None:
+        vs_bf16 = speedup / cycle_speedup(tokens_bf16, verify_ms, bf16_ms)[2]
+    return SpeedupEstimate(
+        k=k, tokens_per_round=tokens, tokens_per_round_bf16=tokens_bf16, verify_ms=verify_ms, draft_ms=fp8_ms,
+        draft_ms_source=where, draft_ms_bf16=bf16_ms, device_profile=profile.name if profile else None,
+        cycle_ms=cycle, verify_share=share, speedup_vs_no_spec=speedup, speedup_vs_bf16_draft=vs_bf16,
+        acceptance_source=f"{source}: {acceptance.drafts or '?'} chains, per-position "
+                          + ", ".join(f"{r:.3f}" for r in acceptance.per_position[:k]))
+
+
+DEFAULT_DEVICE_PROFILE = "mi355x"
+
+
+def estimate_draft(out: str | Path, verify_ms: float, *, validation: str | Path | None = None,
+                   draft_ms: float | None = None, k: int | None = None,
+                   device_profile: str = DEFAULT_DEVICE_PROFILE, write: bool = True) -> SpeedupEstimate:
+    """Estimate OUT's speedup from its validation report (default OUT/validation.json) and its step bytes;
+    write OUT/speedup_estimate.json (which the model card shows) unless write=False. The BF16 draft's bytes are
+    the report's reference draft's when that folder still exists (a pruned vocabulary's reference is unpruned),
+    else OUT's own read back as BF16."""
+    from dataclasses import replace
+
+    from eagle3_quant.cost import checkpoint_cost, get_device_profile
+
+    out = Path(out)
+    profile = get_device_profile(device_profile)
+    report = Path(validation) if validation is not None else out / REPORT_NAME
+    acceptance = read_report_acceptance(report)
+    cost = checkpoint_cost(out)
+    if acceptance.reference and Path(acceptance.reference).is_dir():
+        cost = replace(cost, bf16=checkpoint_cost(acceptance.reference).bf16)
+    result = estimate_speedup(acceptance, verify_ms, k=k, draft_ms=draft_ms, cost=cost, profile=profile,
+                              source=str(report))
+    if write:
+        result.write(out)
+    return result
