@@ -51,6 +51,8 @@ VARIANTS: dict[str, dict] = {
                        "tensors": lambda s, g: _norms(s, g, {"input_norm.weight": 3 * (s.target_hidden or s.hidden)})},
     "with-embedding": {"shape": DraftShape(64, 160, 4, 2, 16, 512, 256, with_embedding=True, target_layers=8)},
     "attention-bias": {"layer": {"attention_bias": True}, "tensors": _bias},
+    "qwen3": {"shape": SHAPES["tiny-qwen3"]},
+    "qwen3-speculators": {"shape": SHAPES["tiny-qwen3"], "fmt": DraftFormat.SPECULATORS},
 }
 
 
@@ -154,10 +156,13 @@ def reference_forward(folder: Path, input_ids: torch.Tensor, aux: torch.Tensor,
     t = input_ids.shape[0]
     angles = torch.arange(t, dtype=torch.float64)[:, None] * inv[None, :]
     outs = []
+    def head_norm(x: torch.Tensor, name: str) -> torch.Tensor:   # Qwen3: RMSNorm over each head
+        return _rms(x, w[p + name], eps) if p + name in w else x
+
     for head in range(heads):
         kvh = head // (heads // kv_heads)
-        qh = _rotate(q[:, head * head_dim:(head + 1) * head_dim], angles, factor)
-        kh = _rotate(k[:, kvh * head_dim:(kvh + 1) * head_dim], angles, factor)
+        qh = _rotate(head_norm(q[:, head * head_dim:(head + 1) * head_dim], "self_attn.q_norm.weight"), angles, factor)
+        kh = _rotate(head_norm(k[:, kvh * head_dim:(kvh + 1) * head_dim], "self_attn.k_norm.weight"), angles, factor)
         vh = v[:, kvh * head_dim:(kvh + 1) * head_dim]
         scores = qh @ kh.T / math.sqrt(head_dim)
         scores = scores + torch.triu(torch.full((t, t), float("-inf"), dtype=torch.float64), diagonal=1)

@@ -42,7 +42,8 @@ def test_variants_really_differ(tmp_path):
     ids, aux, emb = _inputs(base)
     base.set_embedding(emb)
     reference, _ = base(ids, aux)
-    for variant in ("llama3-rope", "linear-rope", "norm-before-residual", "norm-before-fc", "attention-bias"):
+    for variant in ("llama3-rope", "linear-rope", "norm-before-residual", "norm-before-fc", "attention-bias",
+                    "qwen3"):
         other = load_draft(write_variant(tmp_path / variant, variant), dtype=torch.float32, embedding=emb)
         logits, _ = other(ids, aux)
         assert (logits - reference).abs().max() > 1e-3, variant

@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eagle3_quant.errors import DraftFormatError
+from eagle3_quant.errors import DraftFormatError, UnsupportedSourceError
+from eagle3_quant.reading.families import DraftFamily, MlaDims, detect_family
 from eagle3_quant.reading.formats import DraftFormat
 
 MAX_DIM = 1 << 17        # hidden / intermediate sizes beyond this are not a draft
@@ -36,6 +37,8 @@ class DraftConfig:
     torch_dtype: str
     verifier: str | None
     raw: Mapping[str, Any] = field(repr=False, compare=False)
+    family: DraftFamily = DraftFamily.LLAMA
+    mla: MlaDims | None = None       # MLA attention dims, for the MLA family only
 
 
 def load_config_file(path: Path) -> dict:
@@ -89,6 +92,7 @@ def parse_config(raw: Mapping[str, Any], fmt: DraftFormat, path: Path) -> DraftC
     if aux is not None and (not isinstance(aux, list) or not all(_is_int(i) and i >= 0 for i in aux)):
         raise DraftFormatError(f"{aux!r} is not a list of layer indices", path=path,
                                field="eagle_aux_hidden_state_layer_ids")
+    family = detect_family(raw, path)
     return DraftConfig(
         architecture=(raw.get("architectures") or ["?"])[0],
         hidden_size=hidden,
@@ -110,6 +114,22 @@ def parse_config(raw: Mapping[str, Any], fmt: DraftFormat, path: Path) -> DraftC
         torch_dtype=str(layer.get("torch_dtype") or layer.get("dtype") or raw.get("torch_dtype") or "bfloat16"),
         verifier=_verifier(raw),
         raw=raw,
+        family=family,
+        mla=_mla_dims(read, path) if family is DraftFamily.MLA else None,
+    )
+
+
+def _mla_dims(read: _Reader, path: Path) -> MlaDims:
+    if read.data.get("index_topk") is not None:
+        raise UnsupportedSourceError("MLA drafts with a sparse-attention indexer (index_topk, DeepSeek V3.2) "
+                                     "are not supported", path=path, field="index_topk")
+    q_lora = read.data.get("q_lora_rank")
+    return MlaDims(
+        q_lora_rank=None if q_lora is None else read.int("q_lora_rank", MAX_DIM),
+        kv_lora_rank=read.int("kv_lora_rank", MAX_DIM),
+        qk_nope_head_dim=read.int("qk_nope_head_dim", MAX_DIM),
+        qk_rope_head_dim=read.int("qk_rope_head_dim", MAX_DIM),
+        v_head_dim=read.int("v_head_dim", MAX_DIM),
     )
 
 

@@ -6,8 +6,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from eagle3_quant.errors import DraftFormatError
+from eagle3_quant.errors import DraftFormatError, UnsupportedSourceError
 from eagle3_quant.reading.config import DraftConfig
+from eagle3_quant.reading.families import DraftFamily
 from eagle3_quant.reading.formats import DraftFormat
 from eagle3_quant.runtime.rope import RopeSpec
 
@@ -48,6 +49,9 @@ def _flag(raw: Mapping[str, Any], key: str, default: bool = False) -> bool:
 
 def resolve_spec(cfg: DraftConfig, fmt: DraftFormat) -> RuntimeSpec:
     raw, layer = cfg.raw, _layer_config(cfg)
+    if cfg.family is DraftFamily.MLA:
+        raise UnsupportedSourceError("the PyTorch draft runtime does not compute MLA attention yet: fidelity and "
+                                     "acceptance checks need a Llama- or Qwen3-class draft", field="architectures")
     act = layer.get("hidden_act", "silu")
     if act not in SUPPORTED_ACTIVATIONS:
         raise DraftFormatError(f"activation {act!r} is not supported (Llama-style drafts use silu)",
