@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from draft_variants import VARIANTS, reference_forward, write_variant
@@ -43,7 +45,7 @@ def test_variants_really_differ(tmp_path):
     base.set_embedding(emb)
     reference, _ = base(ids, aux)
     for variant in ("llama3-rope", "linear-rope", "norm-before-residual", "norm-before-fc", "attention-bias",
-                    "qwen3"):
+                    "qwen3", "mla-deepseek-yarn"):
         other = load_draft(write_variant(tmp_path / variant, variant), dtype=torch.float32, embedding=emb)
         logits, _ = other(ids, aux)
         assert (logits - reference).abs().max() > 1e-3, variant
@@ -71,3 +73,18 @@ def test_bf16_runtime_close_to_fp32(tmp_path):
     b, _ = bf16(ids, aux)
     agree = (a.argmax(-1) == b.argmax(-1)).float().mean().item()
     assert agree > 0.9
+
+
+def test_mla_rope_variants_really_differ(tmp_path):
+    """DeepSeek YaRN (frequencies, cos/sin mscale, softmax mscale) changes the MLA output: the reference
+    comparison above covers each part."""
+    base = load_draft(write_variant(tmp_path / "mla", "mla"), dtype=torch.float32)
+    ids, aux, emb = _inputs(base)
+    base.set_embedding(emb)
+    reference, _ = base(ids, aux)
+    for variant in ("mla-deepseek-yarn", "mla-deepseek-yarn-cos-mscale"):
+        other = load_draft(write_variant(tmp_path / variant, variant), dtype=torch.float32, embedding=emb)
+        assert (other(ids, aux)[0] - reference).abs().max() > 1e-3, variant
+    assert base.spec.rope.softmax_scale_factor() == 1.0
+    yarn = load_draft(write_variant(tmp_path / "y", "mla-deepseek-yarn"), dtype=torch.float32)
+    assert yarn.spec.rope.softmax_scale_factor() == pytest.approx((0.1 * math.log(4.0) + 1) ** 2)

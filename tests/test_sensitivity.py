@@ -139,7 +139,7 @@ def test_auto_exclude_keeps_the_sensitive_group_bf16_and_says_why(setup, tmp_pat
     assert {g["group"] for g in manifest["sensitivity"]["groups"]} == {"qkv_proj", "o_proj", "gate_up_proj",
                                                                       "down_proj"}
     config = json.loads((tmp_path / "out" / "config.json").read_text())
-    assert r"re:(.*\.)?mlp\.down_proj$" in config["quantization_config"]["exclude"]
+    assert r"re:(.*\.)?down_proj$" in config["quantization_config"]["exclude"]
     written = load_file(tmp_path / "out" / "model.safetensors")
     assert written["midlayer.mlp.down_proj.weight"].dtype == torch.bfloat16
     assert "midlayer.mlp.down_proj.input_scale" not in written

@@ -12,7 +12,7 @@ from eagle3_quant.errors import DraftFormatError
 from eagle3_quant.reading.checkpoint import Checkpoint, read_checkpoint
 from eagle3_quant.reading.config import DraftConfig, load_config_file, parse_config
 from eagle3_quant.reading.formats import detect_format
-from eagle3_quant.reading.layout import EMBEDDING_NAMES, FUSED_GROUPS, build_layout
+from eagle3_quant.reading.layout import EMBEDDING_NAMES, build_layout, fused_groups
 from eagle3_quant.reading.safetensors_header import TensorInfo
 from eagle3_quant.reading.source import resolve_source
 from eagle3_quant.runtime.embedding import read_target_embedding
@@ -95,8 +95,8 @@ def _place_fp8(draft: Eagle3Draft, state: dict[str, torch.Tensor], fp8: dict[str
                           bias.to(dtype) if bias is not None else None, mode)
         setattr(parent, child, layer)
     prefix = draft.spec.layer_prefix
-    for fused, roles in FUSED_GROUPS.items():
-        part = "self_attn" if fused == "qkv_proj" else "mlp"
+    for fused, roles in fused_groups(draft.config).items():
+        part = "mlp" if fused == "gate_up_proj" else "self_attn"
         names = [f"{prefix}{part}.{role}" for role in roles]
         quantized = [n in fp8 for n in names]
         if any(quantized) and not all(quantized):

@@ -21,6 +21,7 @@ from eagle3_quant.reading.families import DraftFamily
 from eagle3_quant.reading.formats import DraftFormat
 from eagle3_quant.runtime.attention import Attention, CausalContext
 from eagle3_quant.runtime.fp8_linear import Fp8Linear
+from eagle3_quant.runtime.mla import MlaAttention
 from eagle3_quant.runtime.spec import RuntimeSpec, resolve_spec
 
 
@@ -56,11 +57,17 @@ class DecoderLayer(nn.Module):
         def linear(i: int, o: int) -> nn.Linear:
             return nn.Linear(i, o, bias=spec.attention_bias, dtype=dtype, device=device)
 
-        qk_norms = (RMSNorm(c.head_dim, c.rms_norm_eps, dtype, device),
-                    RMSNorm(c.head_dim, c.rms_norm_eps, dtype, device)) if c.family is DraftFamily.QWEN3 else None
-        self.self_attn = Attention(linear(2 * h, q_out), linear(2 * h, kv_out), linear(2 * h, kv_out),
-                                   linear(q_out, h), c.num_attention_heads, c.num_key_value_heads, c.head_dim,
-                                   qk_norms)
+        def norm(size: int) -> RMSNorm:
+            return RMSNorm(size, c.rms_norm_eps, dtype, device)
+
+        if c.family is DraftFamily.MLA:
+            self.self_attn = MlaAttention(c.mla, c.num_attention_heads, h, lambda i, o: linear(i, o), norm,
+                                          spec.rope.softmax_scale_factor())
+        else:
+            qk_norms = (norm(c.head_dim), norm(c.head_dim)) if c.family is DraftFamily.QWEN3 else None
+            self.self_attn = Attention(linear(2 * h, q_out), linear(2 * h, kv_out), linear(2 * h, kv_out),
+                                       linear(q_out, h), c.num_attention_heads, c.num_key_value_heads, c.head_dim,
+                                       qk_norms)
         self.mlp = MLP(h, c.intermediate_size, spec.mlp_bias, dtype, device)
         self.input_layernorm = RMSNorm(h, c.rms_norm_eps, dtype, device)
         self.hidden_norm = RMSNorm(h, c.rms_norm_eps, dtype, device)

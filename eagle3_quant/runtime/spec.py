@@ -6,10 +6,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from eagle3_quant.errors import DraftFormatError, UnsupportedSourceError
+from eagle3_quant.errors import DraftFormatError
 from eagle3_quant.reading.config import DraftConfig
 from eagle3_quant.reading.families import DraftFamily
 from eagle3_quant.reading.formats import DraftFormat
+from eagle3_quant.runtime.mla import DeepseekRope
 from eagle3_quant.runtime.rope import RopeSpec
 
 SUPPORTED_ACTIVATIONS = ("silu",)
@@ -25,7 +26,7 @@ class RuntimeSpec:
     norm_output: bool            # feed the post-norm hidden to the next step instead of the pre-norm one
     attention_bias: bool
     mlp_bias: bool
-    rope: RopeSpec
+    rope: RopeSpec | DeepseekRope     # DeepseekRope: MLA drafts (rope over qk_rope_head_dim, interleaved)
 
     @property
     def layer_prefix(self) -> str:
@@ -49,9 +50,6 @@ def _flag(raw: Mapping[str, Any], key: str, default: bool = False) -> bool:
 
 def resolve_spec(cfg: DraftConfig, fmt: DraftFormat) -> RuntimeSpec:
     raw, layer = cfg.raw, _layer_config(cfg)
-    if cfg.family is DraftFamily.MLA:
-        raise UnsupportedSourceError("the PyTorch draft runtime does not compute MLA attention yet: fidelity and "
-                                     "acceptance checks need a Llama- or Qwen3-class draft", field="architectures")
     act = layer.get("hidden_act", "silu")
     if act not in SUPPORTED_ACTIVATIONS:
         raise DraftFormatError(f"activation {act!r} is not supported (Llama-style drafts use silu)",
@@ -68,5 +66,7 @@ def resolve_spec(cfg: DraftConfig, fmt: DraftFormat) -> RuntimeSpec:
         norm_output=_flag(raw, "norm_output"),
         attention_bias=bool(layer.get("attention_bias", False)),
         mlp_bias=bool(layer.get("mlp_bias", False)),
-        rope=RopeSpec.from_config(cfg.head_dim, cfg.rope_theta, scaling, cfg.max_position_embeddings),
+        rope=DeepseekRope.from_config(cfg.mla.qk_rope_head_dim, cfg.rope_theta, scaling)
+        if cfg.family is DraftFamily.MLA else
+        RopeSpec.from_config(cfg.head_dim, cfg.rope_theta, scaling, cfg.max_position_embeddings),
     )
