@@ -7,12 +7,17 @@ from dataclasses import dataclass
 
 from eagle3_quant.errors import SchemeError
 from eagle3_quant.reading.draft import DraftCheckpoint
+from eagle3_quant.reading.families import DraftFamily
 from eagle3_quant.reading.layout import Part, fused_groups
 from eagle3_quant.schemes import Scheme
 
 DEFAULT_EXCLUDE_REASONS = {
     "fc": "default: fuses the aux hidden states; SGLang cannot load it FP8",
     "lm_head": "default: output head, BF16 as in AMD's FP8 drafts",
+}
+# measured in docs/families.md (bench/mla_kv_b.py): as costly as any other layer, for 0.3% of the parameters
+MLA_DEFAULT_EXCLUDE_REASONS = {
+    "kv_b_proj": "default (MLA): vLLM's decode absorbs it dequantized to BF16, no FP8 GEMM; 0.3% of the draft",
 }
 PART_ALIASES = {"attention": Part.ATTENTION, "mlp": Part.MLP}
 
@@ -77,6 +82,8 @@ def make_plan(draft: DraftCheckpoint, scheme: Scheme, exclude: Sequence[str] | N
     if quantize_fc and "fc" in user:
         raise SchemeError("--quantize-fc contradicts --exclude fc", field="exclude")
     defaults = {r: why for r, why in DEFAULT_EXCLUDE_REASONS.items() if not (r == "fc" and quantize_fc)}
+    if draft.config.family is DraftFamily.MLA:
+        defaults.update(MLA_DEFAULT_EXCLUDE_REASONS)
     decisions = []
     for lin in draft.layout.linears:
         if lin.role in user:

@@ -174,9 +174,10 @@ def test_unsupported_speculators_layer_type_refused(tmp_path):
 def test_mla_plan_defaults_and_fused_q_a(tmp_path):
     draft = read_draft(write_synthetic_draft(tmp_path / "m", "tiny-mla"))
     plan = make_plan(draft, PTPC)
-    assert {d.role for d in plan.excluded} == {"fc", "lm_head"}
+    assert {d.role for d in plan.excluded} == {"fc", "lm_head", "kv_b_proj"}
+    assert "absorbs" in next(d.reason for d in plan.excluded if d.role == "kv_b_proj")
     assert {d.role for d in make_plan(draft, PTPC, ["fused_qkv_a_proj"]).excluded} == {
-        "fc", "lm_head", "q_a_proj", "kv_a_proj_with_mqa"}
+        "fc", "lm_head", "kv_b_proj", "q_a_proj", "kv_a_proj_with_mqa"}
     with pytest.raises(SchemeError, match="fused_qkv_a_proj"):
         make_plan(draft, PTPC, ["q_a_proj"])
     with pytest.raises(SchemeError, match="kv_b_proj"):   # the valid names listed are this draft's
@@ -202,4 +203,4 @@ def test_inspect_mla(tmp_path):
     report = inspect_draft(write_synthetic_draft(tmp_path / "m", "tiny-mla"))
     assert report.family == "mla" and "kv_lora 32" in report.heads
     assert [row.role for row in report.linears if row.quantize] == [
-        "q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+        "q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "o_proj", "gate_proj", "up_proj", "down_proj"]
