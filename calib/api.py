@@ -58,7 +58,8 @@ def calibrate_target(target: str | Path, draft: str | Path, data: str | Path, ou
     writer = target_output.open()
     try:
         resumed = writer.count
-        progress.say(_plan_text(spec, taps, prompts, max_tokens, estimate_bytes(max_tokens, spec.hidden_size, dtype),
+        progress.say(_plan_text(spec, taps, prompts, max_tokens, estimate_bytes(
+            max_tokens, spec.hidden_size, dtype, len(taps.indices)),
                                 resumed, target_output.staging))
         captured = _capture(spec, taps, dtype, opts, tokenizer, prompts.prompts[resumed:], writer, progress,
                             len(prompts.prompts), resumed)

@@ -52,6 +52,9 @@ VARIANTS: dict[str, dict] = {
     "with-embedding": {"shape": DraftShape(64, 160, 4, 2, 16, 512, 256, with_embedding=True, target_layers=8)},
     "attention-bias": {"layer": {"attention_bias": True}, "tensors": _bias},
     "qwen3": {"shape": SHAPES["tiny-qwen3"]},
+    "two-aux": {"shape": SHAPES["tiny-2aux"]},
+    "final-aux-fc-norm": {"shape": SHAPES["tiny-final-aux"], "top": {"fc_norm": True},
+                          "tensors": lambda s, g: _norms(s, g, {f"fc_norm.{i}.weight": s.hidden for i in range(4)})},
     "mla": {"shape": SHAPES["tiny-mla"]},
     "mla-no-q-lora": {"shape": SHAPES["tiny-mla-no-qlora"]},
     "mla-deepseek-yarn": {"shape": SHAPES["tiny-mla"], "layer": {"rope_theta": 10000.0, "rope_scaling": {
@@ -145,8 +148,9 @@ def reference_forward(folder: Path, input_ids: torch.Tensor, aux: torch.Tensor,
     if raw.get("norm_before_fc"):
         x = _rms(x, w["input_norm.weight"], eps)
     if raw.get("fc_norm"):
-        parts = x.chunk(3, dim=-1)
-        x = torch.cat([_rms(parts[i], w[f"fc_norm.{i}.weight"], eps) for i in range(3)], dim=-1)
+        n = sum(1 for name in w if name.startswith("fc_norm."))
+        parts = x.chunk(n, dim=-1)
+        x = torch.cat([_rms(parts[i], w[f"fc_norm.{i}.weight"], eps) for i in range(n)], dim=-1)
     h = x @ w["fc.weight"].T
     emb = embedding.to(torch.float64) if embedding is not None else w["embed_tokens.weight"]
     e = emb[input_ids]

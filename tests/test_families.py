@@ -204,3 +204,42 @@ def test_inspect_mla(tmp_path):
     assert report.family == "mla" and "kv_lora 32" in report.heads
     assert [row.role for row in report.linears if row.quantize] == [
         "q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+# ---- n aux states -----------------------------------------------------------------------------
+
+def test_two_aux_states_size_fc(tmp_path):
+    draft = read_draft(write_synthetic_draft(tmp_path / "a", "tiny-2aux"))
+    assert draft.config.num_aux == 2 and draft.layout.linear("fc").in_features == 2 * 64
+    assert not draft.config.aux_includes_final_layer
+
+
+def test_fc_width_checked_against_aux_count(tmp_path):
+    src = write_synthetic_draft(tmp_path / "a", "tiny-2aux")
+    _edit_config(src, num_aux_hidden_states=3, eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 3, 5]})
+    with pytest.raises(DraftFormatError) as err:
+        read_draft(src)
+    assert err.value.tensor == "fc.weight" and "[64, 192]" in str(err.value)
+
+
+def test_aux_count_must_fit_the_ids(tmp_path):
+    src = write_synthetic_draft(tmp_path / "a", "tiny")
+    _edit_config(src, num_aux_hidden_states=5)
+    with pytest.raises(DraftFormatError) as err:
+        read_draft(src)
+    assert err.value.field == "num_aux_hidden_states"
+
+
+def test_final_layer_tap_resolved_after_the_ids(tmp_path):
+    from eagle3_quant.calib.taps import resolve_taps
+
+    draft = read_draft(write_synthetic_draft(tmp_path / "a", "tiny-final-aux"))
+    assert draft.config.num_aux == 4 and draft.config.aux_includes_final_layer
+    taps = resolve_taps(draft.config, 8)
+    assert len(taps.indices) == 4 and taps.indices[-1] == 8          # hidden_states[8]: after the last layer
+    with pytest.raises(DraftFormatError, match="final layer"):
+        resolve_taps(draft.config, None, ids=[1, 2, 3])
+    two = read_draft(write_synthetic_draft(tmp_path / "b", "tiny-2aux")).config
+    assert len(resolve_taps(two, 8).indices) == 2
+    with pytest.raises(DraftFormatError, match="reads 2 target layers"):
+        resolve_taps(two, 8, ids=[1, 2, 3])

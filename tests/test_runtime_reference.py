@@ -18,7 +18,7 @@ def _inputs(draft, seed: int = 0):
     gen = torch.Generator().manual_seed(seed)
     c = draft.config
     ids = torch.randint(0, c.vocab_size, (2, T), generator=gen)
-    aux = torch.randn(2, T, 3 * c.target_hidden_size, generator=gen)
+    aux = torch.randn(2, T, c.num_aux * c.target_hidden_size, generator=gen)
     emb = torch.randn(c.vocab_size, c.hidden_size, generator=gen)
     return ids, aux, emb
 

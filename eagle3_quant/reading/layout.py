@@ -77,7 +77,7 @@ def expected_linears(fmt: DraftFormat, cfg: DraftConfig) -> tuple[LinearSpec, ..
         cfg.num_key_value_heads * cfg.head_dim
     i = cfg.intermediate_size
     return (
-        LinearSpec("fc", "fc", h, 3 * cfg.target_hidden_size, Part.FC),
+        LinearSpec("fc", "fc", h, cfg.num_aux * cfg.target_hidden_size, Part.FC),
         LinearSpec("q_proj", p + "self_attn.q_proj", q_out, 2 * h, Part.ATTENTION),
         LinearSpec("k_proj", p + "self_attn.k_proj", kv_out, 2 * h, Part.ATTENTION),
         LinearSpec("v_proj", p + "self_attn.v_proj", kv_out, 2 * h, Part.ATTENTION),
@@ -98,7 +98,7 @@ def _mla_linears(fmt: DraftFormat, cfg: DraftConfig) -> tuple[LinearSpec, ...]:
         query = (LinearSpec("q_a_proj", a + "q_a_proj", m.q_lora_rank, 2 * h, Part.ATTENTION),
                  LinearSpec("q_b_proj", a + "q_b_proj", heads * m.qk_head_dim, m.q_lora_rank, Part.ATTENTION))
     return (
-        LinearSpec("fc", "fc", h, 3 * cfg.target_hidden_size, Part.FC),
+        LinearSpec("fc", "fc", h, cfg.num_aux * cfg.target_hidden_size, Part.FC),
         *query,
         LinearSpec("kv_a_proj_with_mqa", a + "kv_a_proj_with_mqa", m.kv_lora_rank + m.qk_rope_head_dim, 2 * h,
                    Part.ATTENTION),
@@ -147,8 +147,8 @@ def build_layout(fmt: DraftFormat, cfg: DraftConfig, tensors: dict[str, TensorIn
     optional = {
         "d2t": ((cfg.draft_vocab_size,), {"I64"}, Part.VOCAB_MAP),
         "t2d": ((cfg.vocab_size,), {"BOOL"}, Part.VOCAB_MAP),
-        "input_norm.weight": ((3 * ht,), FLOAT_DTYPES, Part.NORM),
-        **{f"fc_norm.{k}.weight": ((ht,), FLOAT_DTYPES, Part.NORM) for k in range(3)},
+        "input_norm.weight": ((cfg.num_aux * ht,), FLOAT_DTYPES, Part.NORM),
+        **{f"fc_norm.{k}.weight": ((ht,), FLOAT_DTYPES, Part.NORM) for k in range(cfg.num_aux)},
         **{name: ((cfg.vocab_size, h), FLOAT_DTYPES, Part.EMBEDDING) for name in EMBEDDING_NAMES},
     }
     present = []

@@ -91,10 +91,10 @@ class Eagle3Draft(nn.Module):
         self.spec, self.dtype = spec, dtype
         ht = c.target_hidden_size
         if spec.norm_before_fc:
-            self.input_norm = RMSNorm(3 * ht, c.rms_norm_eps, dtype, device)
+            self.input_norm = RMSNorm(spec.num_aux * ht, c.rms_norm_eps, dtype, device)
         if spec.fc_norm:
             self.fc_norm = nn.ModuleList(RMSNorm(ht, c.rms_norm_eps, dtype, device) for _ in range(spec.num_aux))
-        self.fc = nn.Linear(3 * ht, c.hidden_size, bias=False, dtype=dtype, device=device)
+        self.fc = nn.Linear(spec.num_aux * ht, c.hidden_size, bias=False, dtype=dtype, device=device)
         layer = DecoderLayer(spec, dtype, device)
         if spec.format is DraftFormat.SPECULATORS:
             self.layers = nn.ModuleList([layer])
@@ -185,16 +185,17 @@ class Eagle3Draft(nn.Module):
         return nn.functional.embedding(input_ids, weight)
 
     def fuse(self, aux_hidden_states: torch.Tensor) -> torch.Tensor:
-        """[B, T, 3*H_target] aux states of the target -> [B, T, H] draft hidden."""
-        expected = 3 * self.config.target_hidden_size
+        """[B, T, num_aux*H_target] aux states of the target -> [B, T, H] draft hidden."""
+        n = self.spec.num_aux
+        expected = n * self.config.target_hidden_size
         if aux_hidden_states.shape[-1] != expected:
             raise DraftFormatError(f"aux_hidden_states last dim is {aux_hidden_states.shape[-1]}, the draft "
-                                   f"expects 3 x target hidden = {expected}", field="aux_hidden_states")
+                                   f"expects {n} x target hidden = {expected}", field="aux_hidden_states")
         x = aux_hidden_states.to(self.dtype)
         if self.spec.norm_before_fc:
             x = self.input_norm(x)
         if self.spec.fc_norm:
-            x = torch.cat([norm(c) for norm, c in zip(self.fc_norm, x.chunk(3, dim=-1), strict=True)], dim=-1)
+            x = torch.cat([norm(c) for norm, c in zip(self.fc_norm, x.chunk(n, dim=-1), strict=True)], dim=-1)
         return self.fc(x)
 
     def step(self, input_ids: torch.Tensor, hidden: torch.Tensor, position_ids: torch.Tensor | None = None,

@@ -34,7 +34,7 @@ class RuntimeSpec:
 
     @property
     def num_aux(self) -> int:
-        return 3
+        return self.config.num_aux
 
 
 def _layer_config(cfg: DraftConfig) -> Mapping[str, Any]:
