@@ -8,7 +8,8 @@ from pathlib import Path
 
 from eagle3_quant.engines.vllm_names import exclude_pattern
 from eagle3_quant.reading.config import DraftConfig
-from eagle3_quant.reading.draft import DraftCheckpoint, read_draft
+from eagle3_quant.reading.draft import DraftCheckpoint
+from eagle3_quant.reading.hub_headers import read_draft_headers
 from eagle3_quant.schemes import DEFAULT_SCHEME, get_scheme
 
 
@@ -74,7 +75,7 @@ def inspect_draft(src: str | Path, scheme: str = DEFAULT_SCHEME, exclude: Sequen
                   quantize_fc: bool = False, revision: str | None = None) -> DraftInspection:
     from eagle3_quant.plan import make_plan
 
-    draft = read_draft(src, revision)
+    draft = read_draft_headers(src, revision)
     plan = make_plan(draft, get_scheme(scheme), exclude, quantize_fc)
     cfg = draft.config
     tensors = draft.checkpoint.tensors
