@@ -114,8 +114,8 @@ def test_mla_draft_reads_with_mla_linears(tmp_path):
     draft = read_draft(write_synthetic_draft(tmp_path / "m", "tiny-mla"))
     assert draft.config.family is DraftFamily.MLA and draft.config.mla == TINY_MLA
     shapes = {lin.role: (lin.out_features, lin.in_features) for lin in draft.layout.linears}
-    assert shapes == {"fc": (64, 192), "q_a_proj": (24, 128), "q_b_proj": (4 * 24, 24),
-                      "kv_a_proj_with_mqa": (32 + 8, 128), "kv_b_proj": (4 * 32, 32), "o_proj": (64, 64),
+    assert shapes == {"fc": (64, 192), "q_a_proj": (32, 128), "q_b_proj": (4 * 32, 32),
+                      "kv_a_proj_with_mqa": (32 + 16, 128), "kv_b_proj": (4 * 32, 32), "o_proj": (64, 64),
                       "gate_proj": (160, 64), "up_proj": (160, 64), "down_proj": (64, 160), "lm_head": (256, 64)}
     assert draft.layout.parts["midlayer.self_attn.kv_a_layernorm.weight"] == "norm"
     assert not draft.layout.extra

@@ -36,3 +36,16 @@ def test_quark_quantizes_exactly_the_planned_linears(tmp_path, shape, exclude):
     config = json.loads((tmp_path / "out" / "config.json").read_text())
     assert config["architectures"] == json.loads((src / "config.json").read_text())["architectures"]
     assert sorted(config["quantization_config"]["exclude"]) == sorted(exclude_pattern(d.role) for d in plan.excluded)
+
+
+@pytest.mark.parametrize("shape", ["tiny-qwen3", "tiny-mla"])
+def test_family_artifact_validates(tmp_path, shape):
+    """Structure, loader replay, weight SQNR and the kernel numerics pass on each family's artifact."""
+    from eagle3_quant.validate.api import validate_draft
+
+    src = write_synthetic_draft(tmp_path / "src", shape)
+    quantize_draft(src, tmp_path / "out", device="cpu")
+    report = validate_draft(tmp_path / "out", reference=str(src), device="cpu")
+    status = {c.name: c.status for c in report.checks}
+    assert report.passed and status["loader_compat"] == "passed" and status["weight_sqnr"] == "passed", status
+    assert status["top1_agreement"] == "skipped"         # needs calibration data
