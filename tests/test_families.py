@@ -243,3 +243,30 @@ def test_final_layer_tap_resolved_after_the_ids(tmp_path):
     assert len(resolve_taps(two, 8).indices) == 2
     with pytest.raises(DraftFormatError, match="reads 2 target layers"):
         resolve_taps(two, 8, ids=[1, 2, 3])
+
+
+# ---- drafts sharing the target's lm_head ------------------------------------------------------
+
+def test_draft_without_lm_head_shares_the_targets(tmp_path):
+    draft = read_draft(write_synthetic_draft(tmp_path / "m3", "tiny-minimax-m3"))
+    assert draft.layout.shared_lm_head and "lm_head" not in [lin.role for lin in draft.layout.linears]
+    plan = make_plan(draft, PTPC)
+    assert {d.role for d in plan.excluded} == {"fc"}
+    patterns = [exclude_pattern(d.role) for d in plan.excluded]
+    assert check_loader_compat(_quark_config(patterns), plan.intended()).ok
+
+
+def test_missing_lm_head_with_a_pruned_vocab_is_named(tmp_path):
+    src = write_synthetic_draft(tmp_path / "m3", "tiny-minimax-m3")
+    _edit_config(src, draft_vocab_size=256)
+    with pytest.raises(DraftFormatError, match="full vocab") as err:
+        read_draft(src)
+    assert err.value.tensor == "lm_head.weight"
+
+
+def test_runtime_refuses_a_shared_lm_head_with_the_reason(tmp_path):
+    from eagle3_quant import load_draft
+
+    with pytest.raises(DraftFormatError, match="lm_head.weight") as err:
+        load_draft(write_synthetic_draft(tmp_path / "m3", "tiny-minimax-m3"))
+    assert "shares the target's lm_head" in str(err.value)

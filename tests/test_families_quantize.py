@@ -20,7 +20,8 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.mark.parametrize(("shape", "exclude"), [
-    ("tiny-qwen3", ()), ("tiny-mla", ()), ("tiny-mla", ("kv_b_proj",)), ("tiny-mla-no-qlora", ("mlp",))])
+    ("tiny-qwen3", ()), ("tiny-mla", ()), ("tiny-mla", ("kv_b_proj",)), ("tiny-mla-no-qlora", ("mlp",)),
+    ("tiny-minimax-m3", ())])
 def test_quark_quantizes_exactly_the_planned_linears(tmp_path, shape, exclude):
     src = write_synthetic_draft(tmp_path / "src", shape)
     plan = make_plan(read_draft(src), get_scheme("ptpc_fp8"), exclude)

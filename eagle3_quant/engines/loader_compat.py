@@ -111,7 +111,7 @@ def check_loader_compat(quant_config: Mapping[str, Any], intended: Mapping[str, 
     for depth in depths:
         for layer in runtime_layers(depth, family, fused_q_a):
             ignored = _ignored(layer, exclude)
-            want = None if intended is None else intended[layer.roles[0]]
+            want = None if intended is None else intended.get(layer.roles[0])   # None: not in the draft
             quantized = None if ignored is None else not ignored
             problem = None
             if ignored is None:

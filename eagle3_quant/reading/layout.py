@@ -56,6 +56,7 @@ class DraftLayout:
     parts: dict[str, Part]          # every tensor name -> part
     optional_present: tuple[str, ...]
     extra: tuple[str, ...]          # tensors we do not recognise; always carried over untouched
+    shared_lm_head: bool = False    # no lm_head.weight: vLLM shares the target's lm_head (has_own_lm_head False)
 
     def linear(self, role: str) -> LinearSpec:
         return next(lin for lin in self.linears if lin.role == role)
@@ -128,6 +129,13 @@ def build_layout(fmt: DraftFormat, cfg: DraftConfig, tensors: dict[str, TensorIn
     _refuse_quantized(tensors, cfg, where)
     p, h, ht = fmt.layer_prefix, cfg.hidden_size, cfg.target_hidden_size
     linears = expected_linears(fmt, cfg)
+    shared_lm_head = "lm_head.weight" not in tensors
+    if shared_lm_head:
+        if cfg.draft_vocab_size != cfg.vocab_size:
+            raise DraftFormatError(f"missing; a draft without its own lm_head shares the target's, which needs the "
+                                   f"full vocab, but draft_vocab_size is {cfg.draft_vocab_size}", path=where,
+                                   tensor="lm_head.weight")
+        linears = tuple(lin for lin in linears if lin.role != "lm_head")
     parts: dict[str, Part] = {}
     for lin in linears:
         _expect(tensors, lin.weight_name, (lin.out_features, lin.in_features), FLOAT_DTYPES, where)
@@ -159,7 +167,7 @@ def build_layout(fmt: DraftFormat, cfg: DraftConfig, tensors: dict[str, TensorIn
             present.append(name)
     extra = tuple(sorted(set(tensors) - set(parts)))
     parts.update({name: Part.EXTRA for name in extra})
-    return DraftLayout(fmt, linears, parts, tuple(present), extra)
+    return DraftLayout(fmt, linears, parts, tuple(present), extra, shared_lm_head)
 
 
 def _refuse_quantized(tensors: dict[str, TensorInfo], cfg: DraftConfig, where: str) -> None:

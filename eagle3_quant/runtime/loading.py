@@ -156,7 +156,9 @@ def load_draft(path: str | Path, device: str | torch.device | None = None, dtype
     missing = sorted(set(draft.state_dict()) - set(state) - {n for n in draft.state_dict() if n.startswith(
         tuple(fp8))})
     if missing:
-        raise DraftFormatError(f"missing from the checkpoint: {', '.join(missing[:5])}", path=where)
+        hint = ("the draft shares the target's lm_head, which this runtime cannot load yet"
+                if layout.shared_lm_head else None)
+        raise DraftFormatError(f"missing from the checkpoint: {', '.join(missing[:5])}", path=where, hint=hint)
     draft.load_state_dict(state, strict=False, assign=True)
     device = torch.device(device) if device is not None else torch.device("cpu")
     draft.to(device)
