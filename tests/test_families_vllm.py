@@ -115,3 +115,39 @@ def test_vllm_quantizes_qwen3_qkv_under_a_llama_style_exclude(exported):
         vllm_config = QuarkConfig.from_config({**quant_config, "exclude": exclude})
         method = vllm_config.get_quant_method_target(qkv, linear.QKVParallelLinear)[2]
         assert (method.__name__ == "QuarkLinearMethod") is quantized, exclude
+
+
+@pytest.mark.parametrize("scaling", [
+    None,
+    {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16},
+    {"rope_type": "yarn", "factor": 32.0, "original_max_position_embeddings": 32, "beta_fast": 32, "beta_slow": 1,
+     "mscale": 1.0, "mscale_all_dim": 0.5},
+    {"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 16, "attention_factor": 1.0},
+])
+def test_mla_rope_equals_vllms_own(scaling):
+    """The runtime's MLA RoPE against vLLM 0.33's own rotary embedding, built as deepseek_v2.py builds it
+    (non-default types renamed to deepseek_yarn / deepseek_llama_scaling, is_neox_style=False)."""
+    import torch
+
+    _vllm()
+    from vllm.config import VllmConfig, set_current_vllm_config
+    from vllm.model_executor.layers.rotary_embedding import get_rope
+
+    from eagle3_quant.runtime.mla import DeepseekRope, apply_rope_interleaved
+
+    theta, rope_dim = 50000.0, 16
+    params = {"rope_type": "default", "rope_theta": theta, **(scaling or {})}
+    if params["rope_type"] != "default":
+        params["rope_type"] = "deepseek_llama_scaling" if params.get("attention_factor") == 1.0 else "deepseek_yarn"
+    with set_current_vllm_config(VllmConfig()):
+        rope = get_rope(rope_dim, max_position=256, rope_parameters=params, is_neox_style=False, dtype=torch.float32)
+    gen = torch.Generator().manual_seed(0)
+    positions = torch.arange(0, 64, 3)        # vLLM caches original_max_position_embeddings x factor positions
+    q = torch.randn(len(positions), 4, rope_dim, generator=gen)
+    k = torch.randn(len(positions), 1, rope_dim, generator=gen)
+    vllm_q, vllm_k = rope.forward_native(positions, q.clone(), k.clone())
+    mine = DeepseekRope.from_config(rope_dim, theta, scaling)
+    cos, sin = mine.cos_sin(positions[None], torch.float32)
+    for x, expected in ((q, vllm_q), (k, vllm_k)):
+        got = apply_rope_interleaved(x.transpose(0, 1)[None], cos, sin)[0].transpose(0, 1)
+        torch.testing.assert_close(got, expected.view_as(got), rtol=1e-5, atol=1e-5)
