@@ -17,7 +17,8 @@ DEFAULT_EXCLUDE_REASONS = {
 }
 # measured in docs/families.md (bench/mla_kv_b.py): as costly as any other layer, for 0.3% of the parameters
 MLA_DEFAULT_EXCLUDE_REASONS = {
-    "kv_b_proj": "default (MLA): vLLM's decode absorbs it dequantized to BF16, no FP8 GEMM; 0.3% of the draft",
+    "kv_b_proj": "default (MLA): vLLM's decode absorbs it dequantized to BF16, no FP8 GEMM; "
+                 "0.3% of a Kimi-K2.5 MLA draft",
 }
 PART_ALIASES = {"attention": Part.ATTENTION, "mlp": Part.MLP}
 
