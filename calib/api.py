@@ -60,7 +60,7 @@ def calibrate_target(target: str | Path, draft: str | Path, data: str | Path, ou
     writer = target_output.open()
     try:
         resumed = writer.count
-        est_bytes = estimate_bytes(max_tokens, spec.hidden_size, dtype)
+        est_bytes = estimate_bytes(max_tokens, spec.hidden_size, dtype, len(taps.indices))
         progress.say(_plan_text(spec, taps, record, prompts, max_tokens, est_bytes, resumed, target_output.staging))
         captured = _capture(spec, taps, dtype, opts, tokenizer, prompts.prompts[resumed:], writer, progress,
                             len(prompts.prompts), resumed)

@@ -64,20 +64,20 @@ class CalibrationInfo:
 @dataclass(frozen=True)
 class CalibrationSample:
     input_ids: torch.Tensor          # int64 [T]
-    aux_hidden_states: torch.Tensor  # [T, 3*H_target]
+    aux_hidden_states: torch.Tensor  # [T, n*H_target], n = len(info.aux_layer_ids) (3 for most drafts)
     target_next_ids: torch.Tensor    # int64 [T]
     generated_from: int | None = None
 
-    def check(self, hidden_size: int, where: str) -> None:
+    def check(self, hidden_size: int, where: str, num_states: int = 3) -> None:
         """Shapes and dtypes as the format says; the error names the sample."""
         t = self.input_ids.shape[0] if self.input_ids.dim() == 1 else -1
         problems = []
         if self.input_ids.dim() != 1 or self.input_ids.dtype.is_floating_point:
             problems.append(f"input_ids must be an integer vector, got {self.input_ids.dtype} "
                             f"{tuple(self.input_ids.shape)}")
-        if tuple(self.aux_hidden_states.shape) != (t, 3 * hidden_size):
+        if tuple(self.aux_hidden_states.shape) != (t, num_states * hidden_size):
             problems.append(f"aux_hidden_states shape {tuple(self.aux_hidden_states.shape)}, expected ({t}, "
-                            f"{3 * hidden_size})")
+                            f"{num_states * hidden_size})")
         elif not self.aux_hidden_states.dtype.is_floating_point:
             problems.append(f"aux_hidden_states dtype {self.aux_hidden_states.dtype} is not a float type")
         if tuple(self.target_next_ids.shape) != (t,) or self.target_next_ids.dtype.is_floating_point:

@@ -81,7 +81,7 @@ def import_calibration(dump: str | Path, draft: str | Path, out: str | Path, opt
         writer = CalibrationWriter(staging, info, shard_samples, shard_bytes, mark_incomplete=True)
         for n, sample in enumerate(records):
             where = f"{dump} sample {n}"
-            sample.check(hidden, where)
+            sample.check(hidden, where, len(taps.indices))
             _check_vocab(sample, vocab, where)
             writer.add(CalibrationSample(sample.input_ids, sample.aux_hidden_states.to(state_dtype),
                                          sample.target_next_ids, sample.generated_from))

@@ -43,6 +43,6 @@ def set_bytes(calib: CalibrationSet) -> int:
     return sum((calib.path / s["file"]).stat().st_size for s in calib.shards)
 
 
-def estimate_bytes(tokens: int, hidden_size: int, dtype: str) -> int:
+def estimate_bytes(tokens: int, hidden_size: int, dtype: str, num_states: int = 3) -> int:
     """Aux states plus two int64 id vectors per token (headers are noise)."""
-    return tokens * (3 * hidden_size * DTYPE_BYTES[dtype] + 16)
+    return tokens * (num_states * hidden_size * DTYPE_BYTES[dtype] + 16)

@@ -1,4 +1,5 @@
-"""Which target hidden states the draft reads: resolve the three layer taps and their counting convention.
+"""Which target hidden states the draft reads: resolve the layer taps (three, or the config's
+``num_aux_hidden_states``; one more than the ids adds the target's final layer) and their counting convention.
 
 Two conventions count the same tensors differently:
 
@@ -66,14 +67,19 @@ def resolve_taps(config: DraftConfig, num_layers: int | None, convention: TapCon
         found, implied, origin = _config_ids(dict(config.raw))
     used = implied if convention is TapConvention.auto else convention
     if found is None:
+        if config.num_aux != 3:
+            raise DraftFormatError(f"the draft reads {config.num_aux} target states but names no aux layer ids",
+                                   field=AUX_KEY, hint="pass --aux-layer-ids")
         if num_layers is None:
             raise DraftFormatError("the draft config names no aux layer ids, and the default taps depend on the "
                                    "target's layer count", field=AUX_KEY, hint="pass --target")
         found = default_ids(num_layers, used)
         origin = f"defaults for a {num_layers}-layer target"
-    if len(found) != 3:
-        raise DraftFormatError(f"an Eagle3 draft reads 3 target layers, {origin} gives {list(found)}",
-                               field=AUX_KEY)
+    # the ids plus the target's final layer (MiniMax-M3's draft), when the config says so
+    final = config.aux_includes_final_layer and len(found) == config.num_aux - 1
+    if len(found) != config.num_aux and not final:
+        raise DraftFormatError(f"the draft reads {config.num_aux} target layers (its fc width), {origin} gives "
+                               f"{list(found)}", field=AUX_KEY)
     indices = tuple(i + 1 for i in found) if used is TapConvention.output else found
     for i, index in zip(found, indices, strict=True):
         if index < 0 or (num_layers is not None and index >= num_layers):
@@ -81,4 +87,9 @@ def resolve_taps(config: DraftConfig, num_layers: int | None, convention: TapCon
                 f"layer id {i} ({used.value} convention, from {origin}) is hidden_states[{index}], outside the "
                 f"inputs of the target's {num_layers} decoder layers (0..{(num_layers or 0) - 1})", field=AUX_KEY,
                 hint="check --tap-convention, or that the draft belongs to this target")
+    if final:
+        if num_layers is None:
+            raise DraftFormatError("the draft also reads the target's final layer; its index needs the target",
+                                   field=AUX_KEY, hint="pass --target")
+        indices = (*indices, num_layers)       # transformers' last hidden_states entry
     return Taps(indices, used, found, origin)

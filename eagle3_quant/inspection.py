@@ -7,7 +7,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from eagle3_quant.engines.vllm_names import exclude_pattern
-from eagle3_quant.reading.draft import DraftCheckpoint, read_draft
+from eagle3_quant.reading.config import DraftConfig
+from eagle3_quant.reading.draft import DraftCheckpoint
+from eagle3_quant.reading.hub_headers import read_draft_headers
 from eagle3_quant.schemes import DEFAULT_SCHEME, get_scheme
 
 
@@ -26,6 +28,7 @@ class DraftInspection:
     source: str
     format: str
     architecture: str
+    family: str                  # the vLLM Eagle3 class it loads into: llama, qwen3 or mla
     hidden_size: int
     intermediate_size: int
     heads: str
@@ -60,11 +63,19 @@ def estimate_output_bytes(draft: DraftCheckpoint, quantized_modules: set[str], s
     return total
 
 
+def _heads(cfg: DraftConfig) -> str:
+    if cfg.mla is None:
+        return f"{cfg.num_attention_heads}q/{cfg.num_key_value_heads}kv x {cfg.head_dim}"
+    m = cfg.mla
+    return (f"{cfg.num_attention_heads} MLA heads, q_lora {m.q_lora_rank or '-'}, kv_lora {m.kv_lora_rank}, "
+            f"qk {m.qk_nope_head_dim}+{m.qk_rope_head_dim} rope, v {m.v_head_dim}")
+
+
 def inspect_draft(src: str | Path, scheme: str = DEFAULT_SCHEME, exclude: Sequence[str] | None = None,
                   quantize_fc: bool = False, revision: str | None = None) -> DraftInspection:
     from eagle3_quant.plan import make_plan
 
-    draft = read_draft(src, revision)
+    draft = read_draft_headers(src, revision)
     plan = make_plan(draft, get_scheme(scheme), exclude, quantize_fc)
     cfg = draft.config
     tensors = draft.checkpoint.tensors
@@ -74,9 +85,10 @@ def inspect_draft(src: str | Path, scheme: str = DEFAULT_SCHEME, exclude: Sequen
         source=draft.source.describe(),
         format=draft.format.value,
         architecture=cfg.architecture,
+        family=cfg.family.value,
         hidden_size=cfg.hidden_size,
         intermediate_size=cfg.intermediate_size,
-        heads=f"{cfg.num_attention_heads}q/{cfg.num_key_value_heads}kv x {cfg.head_dim}",
+        heads=_heads(cfg),
         target_hidden_size=cfg.target_hidden_size,
         target_vocab=cfg.vocab_size,
         draft_vocab=cfg.draft_vocab_size,

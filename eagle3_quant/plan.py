@@ -7,12 +7,18 @@ from dataclasses import dataclass
 
 from eagle3_quant.errors import SchemeError
 from eagle3_quant.reading.draft import DraftCheckpoint
-from eagle3_quant.reading.layout import FUSED_GROUPS, LINEAR_ROLES, Part
+from eagle3_quant.reading.families import DraftFamily
+from eagle3_quant.reading.layout import Part, fused_groups
 from eagle3_quant.schemes import Scheme
 
 DEFAULT_EXCLUDE_REASONS = {
     "fc": "default: fuses the aux hidden states; SGLang cannot load it FP8",
     "lm_head": "default: output head, BF16 as in AMD's FP8 drafts",
+}
+# measured in docs/families.md (bench/mla_kv_b.py): as costly as any other layer, for 0.3% of the parameters
+MLA_DEFAULT_EXCLUDE_REASONS = {
+    "kv_b_proj": "default (MLA): vLLM's decode absorbs it dequantized to BF16, no FP8 GEMM; "
+                 "0.3% of a Kimi-K2.5 MLA draft",
 }
 PART_ALIASES = {"attention": Part.ATTENTION, "mlp": Part.MLP}
 
@@ -47,21 +53,23 @@ class QuantPlan:
 def resolve_exclude_names(draft: DraftCheckpoint, names: Sequence[str]) -> dict[str, str]:
     """Map user names (role, fused name, part, module or weight name) to roles -> the name given."""
     by_module = {lin.module: lin.role for lin in draft.layout.linears}
+    own_roles = [lin.role for lin in draft.layout.linears]
+    groups = fused_groups(draft.config)
     roles: dict[str, str] = {}
     for name in names:
         key = name.removesuffix(".weight")
-        if key in LINEAR_ROLES:
+        if key in own_roles:
             found = [key]
-        elif key in FUSED_GROUPS:
-            found = list(FUSED_GROUPS[key])
+        elif key in groups:
+            found = list(groups[key])
         elif key in PART_ALIASES:
             found = [lin.role for lin in draft.layout.linears if lin.part is PART_ALIASES[key]]
         elif key in by_module:
             found = [by_module[key]]
         else:
-            valid = [*LINEAR_ROLES, *FUSED_GROUPS, *PART_ALIASES]
+            valid = [*own_roles, *groups, *PART_ALIASES]
             raise SchemeError(f"{name!r} names no linear of this draft; valid names: {', '.join(valid)} "
-                              "or a module name such as " + draft.layout.linear("q_proj").module,
+                              "or a module name such as " + draft.layout.linear("o_proj").module,
                               field="exclude")
         roles.update({role: name for role in found})
     return roles
@@ -75,6 +83,8 @@ def make_plan(draft: DraftCheckpoint, scheme: Scheme, exclude: Sequence[str] | N
     if quantize_fc and "fc" in user:
         raise SchemeError("--quantize-fc contradicts --exclude fc", field="exclude")
     defaults = {r: why for r, why in DEFAULT_EXCLUDE_REASONS.items() if not (r == "fc" and quantize_fc)}
+    if draft.config.family is DraftFamily.MLA:
+        defaults.update(MLA_DEFAULT_EXCLUDE_REASONS)
     decisions = []
     for lin in draft.layout.linears:
         if lin.role in user:
@@ -87,13 +97,13 @@ def make_plan(draft: DraftCheckpoint, scheme: Scheme, exclude: Sequence[str] | N
             keep, reason = True, scheme.name
         decisions.append(LayerDecision(lin.role, lin.module, lin.out_features, lin.in_features, keep, reason))
     plan = QuantPlan(scheme, tuple(decisions))
-    _check_fused_groups(plan)
+    _check_fused_groups(plan, fused_groups(draft.config))
     return plan
 
 
-def _check_fused_groups(plan: QuantPlan) -> None:
+def _check_fused_groups(plan: QuantPlan, groups: Mapping[str, tuple[str, ...]]) -> None:
     intended = plan.intended()
-    for fused, members in FUSED_GROUPS.items():
+    for fused, members in groups.items():
         states = {intended[m] for m in members}
         if len(states) > 1:
             raise SchemeError(

@@ -15,7 +15,7 @@ from eagle3_quant.quantize.quark_import import import_quark_in_background
 from eagle3_quant.quantize.side_files import copy_side_files
 from eagle3_quant.quantize.verify_export import verify_export
 
-from eagle3_quant.engines.loader_compat import LoaderCheck, check_loader_compat
+from eagle3_quant.engines.loader_compat import LoaderCheck, check_loader_compat, loader_family
 from eagle3_quant.errors import LoaderCompatError, SchemeError
 from eagle3_quant.inspection import estimate_output_bytes
 from eagle3_quant.options import build_options, pick_device
@@ -167,7 +167,7 @@ def _quantize(src: str | Path, out: str | Path, opts: QuantizeOptions, origin: D
             copy_side_files(draft.path, staging)
         with timer.stage("verify + sha256 outputs"):
             verified = verify_export(draft, staging, plan)   # after the last write: its digests go in the manifest
-        loader = check_loader_compat(config["quantization_config"], plan.intended())
+        loader = check_loader_compat(config["quantization_config"], plan.intended(), **loader_family(draft.config))
         if not loader.ok:
             raise LoaderCompatError("vLLM would not load this as intended: " + "; ".join(loader.problems[:3]),
                                     path=out)

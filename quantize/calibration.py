@@ -48,7 +48,7 @@ def calibration_batches(calib: CalibrationSet, device: str | torch.device, with_
     for i, sample in enumerate(calib.samples()):
         if max_samples is not None and len(batches) >= max_samples:
             break
-        sample.check(calib.info.target_hidden_size, f"{calib.path} sample {i}")
+        sample.check(calib.info.target_hidden_size, f"{calib.path} sample {i}", len(calib.info.aux_layer_ids))
         if sample.input_ids.numel() < 2:
             continue
         ids, aux, targets = draft_inputs(sample.input_ids, sample.aux_hidden_states, sample.target_next_ids)

@@ -35,10 +35,8 @@ from eagle3_quant.errors import SchemeError
 from eagle3_quant.options import build_options, pick_device
 from eagle3_quant.plan import make_plan
 from eagle3_quant.reading.draft import DraftCheckpoint, read_draft
-from eagle3_quant.reading.layout import FUSED_GROUPS
+from eagle3_quant.reading.layout import fused_groups
 from eagle3_quant.schemes import Scheme, get_scheme
-
-FUSED_BY_ROLE = {role: fused for fused, roles in FUSED_GROUPS.items() for role in roles}
 
 
 @dataclass(frozen=True)
@@ -74,9 +72,10 @@ class SensitivityReport:
 
 def linear_groups(draft: DraftCheckpoint) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
     """vLLM layer name -> (roles, checkpoint modules), in checkpoint order."""
+    fused_by_role = {role: fused for fused, roles in fused_groups(draft.config).items() for role in roles}
     groups: dict[str, tuple[list[str], list[str]]] = {}
     for lin in draft.layout.linears:
-        roles, modules = groups.setdefault(FUSED_BY_ROLE.get(lin.role, lin.role), ([], []))
+        roles, modules = groups.setdefault(fused_by_role.get(lin.role, lin.role), ([], []))
         roles.append(lin.role)
         modules.append(lin.module)
     return {name: (tuple(r), tuple(m)) for name, (r, m) in groups.items()}
@@ -132,8 +131,9 @@ def _fp8_versions(runtime, scheme: Scheme, batches: list[dict], groups: dict) ->
         weight, scale = quark_weight(linear.weight.detach(), scheme)
         bias = linear.bias.detach() if linear.bias is not None else None
         out[name] = Fp8Linear(weight, scale, input_scale, bias)
-    for fused in FUSED_GROUPS:
-        harmonize_fused([out[m] for m in groups[fused][1]])
+    for _roles, modules in groups.values():
+        if len(modules) > 1:
+            harmonize_fused([out[m] for m in modules])
     return out
 
 

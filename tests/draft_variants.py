@@ -51,6 +51,18 @@ VARIANTS: dict[str, dict] = {
                        "tensors": lambda s, g: _norms(s, g, {"input_norm.weight": 3 * (s.target_hidden or s.hidden)})},
     "with-embedding": {"shape": DraftShape(64, 160, 4, 2, 16, 512, 256, with_embedding=True, target_layers=8)},
     "attention-bias": {"layer": {"attention_bias": True}, "tensors": _bias},
+    "qwen3": {"shape": SHAPES["tiny-qwen3"]},
+    "two-aux": {"shape": SHAPES["tiny-2aux"]},
+    "final-aux-fc-norm": {"shape": SHAPES["tiny-final-aux"], "top": {"fc_norm": True},
+                          "tensors": lambda s, g: _norms(s, g, {f"fc_norm.{i}.weight": s.hidden for i in range(4)})},
+    "mla": {"shape": SHAPES["tiny-mla"]},
+    "mla-no-q-lora": {"shape": SHAPES["tiny-mla-no-qlora"]},
+    "mla-deepseek-yarn": {"shape": SHAPES["tiny-mla"], "layer": {"rope_theta": 10000.0, "rope_scaling": {
+        "rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16, "beta_fast": 32, "beta_slow": 1,
+        "mscale": 1.0, "mscale_all_dim": 1.0}}},
+    "mla-deepseek-yarn-cos-mscale": {"shape": SHAPES["tiny-mla"], "layer": {"rope_theta": 10000.0, "rope_scaling": {
+        "rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 16}}},
+    "qwen3-speculators": {"shape": SHAPES["tiny-qwen3"], "fmt": DraftFormat.SPECULATORS},
 }
 
 
@@ -136,8 +148,9 @@ def reference_forward(folder: Path, input_ids: torch.Tensor, aux: torch.Tensor,
     if raw.get("norm_before_fc"):
         x = _rms(x, w["input_norm.weight"], eps)
     if raw.get("fc_norm"):
-        parts = x.chunk(3, dim=-1)
-        x = torch.cat([_rms(parts[i], w[f"fc_norm.{i}.weight"], eps) for i in range(3)], dim=-1)
+        n = sum(1 for name in w if name.startswith("fc_norm."))
+        parts = x.chunk(n, dim=-1)
+        x = torch.cat([_rms(parts[i], w[f"fc_norm.{i}.weight"], eps) for i in range(n)], dim=-1)
     h = x @ w["fc.weight"].T
     emb = embedding.to(torch.float64) if embedding is not None else w["embed_tokens.weight"]
     e = emb[input_ids]
@@ -149,22 +162,87 @@ def reference_forward(folder: Path, input_ids: torch.Tensor, aux: torch.Tensor,
         out = v @ w[p + name + ".weight"].T
         return out + w[p + name + ".bias"] if p + name + ".bias" in w else out
 
+    t = input_ids.shape[0]
+    if "kv_lora_rank" in layer:
+        h = residual + lin("self_attn.o_proj", _mla_reference(layer, w, p, inp, eps))
+        return _mlp_and_head(raw, w, p, h, eps)
     q, k, v = lin("self_attn.q_proj", inp), lin("self_attn.k_proj", inp), lin("self_attn.v_proj", inp)
     inv, factor = _inv_freq(layer, head_dim, layer["hidden_size"], heads)
-    t = input_ids.shape[0]
     angles = torch.arange(t, dtype=torch.float64)[:, None] * inv[None, :]
     outs = []
+    def head_norm(x: torch.Tensor, name: str) -> torch.Tensor:   # Qwen3: RMSNorm over each head
+        return _rms(x, w[p + name], eps) if p + name in w else x
+
     for head in range(heads):
         kvh = head // (heads // kv_heads)
-        qh = _rotate(q[:, head * head_dim:(head + 1) * head_dim], angles, factor)
-        kh = _rotate(k[:, kvh * head_dim:(kvh + 1) * head_dim], angles, factor)
+        qh = _rotate(head_norm(q[:, head * head_dim:(head + 1) * head_dim], "self_attn.q_norm.weight"), angles, factor)
+        kh = _rotate(head_norm(k[:, kvh * head_dim:(kvh + 1) * head_dim], "self_attn.k_norm.weight"), angles, factor)
         vh = v[:, kvh * head_dim:(kvh + 1) * head_dim]
         scores = qh @ kh.T / math.sqrt(head_dim)
         scores = scores + torch.triu(torch.full((t, t), float("-inf"), dtype=torch.float64), diagonal=1)
         outs.append(torch.softmax(scores, dim=-1) @ vh)
     h = residual + lin("self_attn.o_proj", torch.cat(outs, dim=-1))
+    return _mlp_and_head(raw, w, p, h, eps)
+
+
+def _mlp_and_head(raw: dict, w: dict, p: str, h: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
     m = _rms(h, w[p + "post_attention_layernorm.weight"], eps)
     gate, up = m @ w[p + "mlp.gate_proj.weight"].T, m @ w[p + "mlp.up_proj.weight"].T
     h = h + (gate * torch.sigmoid(gate) * up) @ w[p + "mlp.down_proj.weight"].T
     normed = _rms(h, w["norm.weight"], eps)
     return normed @ w["lm_head.weight"].T, normed if raw.get("norm_output") else h
+
+
+def _deepseek_rope(layer: dict, dim: int) -> tuple[torch.Tensor, float, float]:
+    """float64 inverse frequencies, cos/sin magnitude and softmax-scale factor of DeepSeek's (YaRN) RoPE."""
+    theta = layer.get("rope_theta", 10000.0)
+    base = 1.0 / theta ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+    s = layer.get("rope_scaling")
+    if not s:
+        return base, 1.0, 1.0
+    f, orig = s["factor"], s["original_max_position_embeddings"]
+
+    def m(scale: float, k: float) -> float:
+        return 0.1 * k * math.log(scale) + 1.0 if scale > 1 else 1.0
+
+    # dims whose wavelength fits fewer than beta_slow times in the original context are interpolated
+    def dim_of(rotations: float) -> float:
+        return dim * math.log(orig / (rotations * 2 * math.pi)) / (2 * math.log(theta))
+
+    lo, hi = max(math.floor(dim_of(s.get("beta_fast", 32))), 0), min(math.ceil(dim_of(s.get("beta_slow", 1))), dim - 1)
+    ramp = torch.tensor([min(max((i - lo) / max(hi - lo, 0.001), 0.0), 1.0) for i in range(dim // 2)],
+                        dtype=torch.float64)
+    inv = base / f * ramp + base * (1 - ramp)
+    return inv, m(f, s.get("mscale", 1)) / m(f, s.get("mscale_all_dim", 0)), m(f, s.get("mscale_all_dim", 0)) ** 2
+
+
+def _mla_reference(layer: dict, w: dict, p: str, x: torch.Tensor, eps: float) -> torch.Tensor:
+    """Unabsorbed MLA, one head at a time; RoPE rotates interleaved pairs (2i, 2i+1) of the rope dims."""
+    nh, nope, rope, vd, kvl = (layer[k] for k in ("num_attention_heads", "qk_nope_head_dim", "qk_rope_head_dim",
+                                                   "v_head_dim", "kv_lora_rank"))
+    a = p + "self_attn."
+    if layer.get("q_lora_rank"):
+        q = _rms(x @ w[a + "q_a_proj.weight"].T, w[a + "q_a_layernorm.weight"], eps) @ w[a + "q_b_proj.weight"].T
+    else:
+        q = x @ w[a + "q_proj.weight"].T
+    kv_a = x @ w[a + "kv_a_proj_with_mqa.weight"].T
+    kv = _rms(kv_a[:, :kvl], w[a + "kv_a_layernorm.weight"], eps) @ w[a + "kv_b_proj.weight"].T
+    inv, magnitude, softmax_factor = _deepseek_rope(layer, rope)
+    t = x.shape[0]
+    angles = torch.arange(t, dtype=torch.float64)[:, None] * inv[None, :]
+
+    def rotate(v: torch.Tensor) -> torch.Tensor:
+        z = torch.complex(v[:, 0::2], v[:, 1::2]) * torch.polar(torch.full_like(angles, magnitude), angles)
+        return torch.stack([z.real, z.imag], dim=-1).flatten(-2)
+
+    k_pe = rotate(kv_a[:, kvl:])
+    outs = []
+    for head in range(nh):
+        qh = q[:, head * (nope + rope):(head + 1) * (nope + rope)]
+        kvh = kv[:, head * (nope + vd):(head + 1) * (nope + vd)]
+        qh = torch.cat([qh[:, :nope], rotate(qh[:, nope:])], dim=-1)
+        kh = torch.cat([kvh[:, :nope], k_pe], dim=-1)
+        scores = qh @ kh.T * softmax_factor / math.sqrt(nope + rope)
+        scores = scores + torch.triu(torch.full((t, t), float("-inf"), dtype=torch.float64), diagonal=1)
+        outs.append(torch.softmax(scores, dim=-1) @ kvh[:, nope:])
+    return torch.cat(outs, dim=-1)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from draft_variants import VARIANTS, reference_forward, write_variant
@@ -16,7 +18,7 @@ def _inputs(draft, seed: int = 0):
     gen = torch.Generator().manual_seed(seed)
     c = draft.config
     ids = torch.randint(0, c.vocab_size, (2, T), generator=gen)
-    aux = torch.randn(2, T, 3 * c.target_hidden_size, generator=gen)
+    aux = torch.randn(2, T, c.num_aux * c.target_hidden_size, generator=gen)
     emb = torch.randn(c.vocab_size, c.hidden_size, generator=gen)
     return ids, aux, emb
 
@@ -42,7 +44,8 @@ def test_variants_really_differ(tmp_path):
     ids, aux, emb = _inputs(base)
     base.set_embedding(emb)
     reference, _ = base(ids, aux)
-    for variant in ("llama3-rope", "linear-rope", "norm-before-residual", "norm-before-fc", "attention-bias"):
+    for variant in ("llama3-rope", "linear-rope", "norm-before-residual", "norm-before-fc", "attention-bias",
+                    "qwen3", "mla-deepseek-yarn"):
         other = load_draft(write_variant(tmp_path / variant, variant), dtype=torch.float32, embedding=emb)
         logits, _ = other(ids, aux)
         assert (logits - reference).abs().max() > 1e-3, variant
@@ -70,3 +73,18 @@ def test_bf16_runtime_close_to_fp32(tmp_path):
     b, _ = bf16(ids, aux)
     agree = (a.argmax(-1) == b.argmax(-1)).float().mean().item()
     assert agree > 0.9
+
+
+def test_mla_rope_variants_really_differ(tmp_path):
+    """DeepSeek YaRN (frequencies, cos/sin mscale, softmax mscale) changes the MLA output: the reference
+    comparison above covers each part."""
+    base = load_draft(write_variant(tmp_path / "mla", "mla"), dtype=torch.float32)
+    ids, aux, emb = _inputs(base)
+    base.set_embedding(emb)
+    reference, _ = base(ids, aux)
+    for variant in ("mla-deepseek-yarn", "mla-deepseek-yarn-cos-mscale"):
+        other = load_draft(write_variant(tmp_path / variant, variant), dtype=torch.float32, embedding=emb)
+        assert (other(ids, aux)[0] - reference).abs().max() > 1e-3, variant
+    assert base.spec.rope.softmax_scale_factor() == 1.0
+    yarn = load_draft(write_variant(tmp_path / "y", "mla-deepseek-yarn"), dtype=torch.float32)
+    assert yarn.spec.rope.softmax_scale_factor() == pytest.approx((0.1 * math.log(4.0) + 1) ** 2)

@@ -17,7 +17,7 @@ from eagle3_quant.validate.platform import Platform
 from eagle3_quant.validate.structure import read_artifact
 from safetensors import safe_open
 
-from eagle3_quant.reading.layout import FUSED_GROUPS
+from eagle3_quant.reading.layout import FUSED_GROUPS, MLA_FUSED_GROUPS
 from eagle3_quant.runtime import fp8
 
 NUMERICS_ROWS = (1, 16, 64)
@@ -124,7 +124,7 @@ def runtime_layers(weights: list[Fp8Weight]) -> list[Fp8Weight]:
     """vLLM's fused runtime layers: q/k/v -> qkv_proj and gate/up -> gate_up_proj (weights concatenated)."""
     by_role = {w.role: w for w in weights}
     fused, used = [], set()
-    for name, roles in FUSED_GROUPS.items():
+    for name, roles in {**FUSED_GROUPS, **MLA_FUSED_GROUPS}.items():
         if all(r in by_role for r in roles):
             parts = [by_role[r] for r in roles]
             scales = [p.scale.expand(p.weight.shape[0]) for p in parts]

@@ -14,7 +14,7 @@ from eagle3_quant.quantize.verify_export import same_bytes
 from eagle3_quant.validate.report import Check, failed, passed, skipped
 from safetensors import safe_open
 
-from eagle3_quant.engines.loader_compat import check_loader_compat
+from eagle3_quant.engines.loader_compat import check_loader_compat, loader_family
 from eagle3_quant.errors import DraftFormatError, ManifestError
 from eagle3_quant.reading.checkpoint import Checkpoint, read_checkpoint
 from eagle3_quant.reading.config import DraftConfig, load_config_file, parse_config
@@ -219,7 +219,7 @@ def check_loader(art: Fp8Artifact) -> Check:
     if not art.quant_config:
         return failed("loader_compat", "no quantization_config: vLLM would load the FP8 weights as BF16")
     on_disk = {lin.role: lin.module in art.fp8_modules for lin in art.layout.linears}
-    result = check_loader_compat(art.quant_config, on_disk)
+    result = check_loader_compat(art.quant_config, on_disk, **loader_family(art.config))
     if not result.ok:
         return failed("loader_compat", _listed(result.problems))
     return passed("loader_compat", f"vLLM's Quark loader would quantize exactly the FP8 linears at target depths "

@@ -17,6 +17,7 @@ def print_inspection(report) -> None:
     rows = [
         ("source", report.source),
         ("format", f"{report.format} ({report.architecture})"),
+        ("vLLM family", report.family),
         ("hidden / intermediate", f"{report.hidden_size} / {report.intermediate_size}"),
         ("attention heads", report.heads),
         ("target hidden", str(report.target_hidden_size)),

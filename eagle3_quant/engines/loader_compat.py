@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from eagle3_quant.engines.vllm_names import CHECK_DEPTHS, RuntimeLayer, runtime_layers
+from eagle3_quant.reading.config import DraftConfig
+from eagle3_quant.reading.families import DraftFamily
 
 
 @dataclass(frozen=True)
@@ -91,9 +93,16 @@ def _config_problems(qc: Mapping[str, Any]) -> list[str]:
     return problems
 
 
+def loader_family(cfg: DraftConfig) -> dict[str, Any]:
+    """The `family` and `fused_q_a` arguments of `check_loader_compat` for a draft's config."""
+    return {"family": cfg.family, "fused_q_a": cfg.mla is None or cfg.mla.q_lora_rank is not None}
+
+
 def check_loader_compat(quant_config: Mapping[str, Any], intended: Mapping[str, bool] | None = None,
-                        depths: Iterable[int] = CHECK_DEPTHS) -> LoaderCheck:
-    """Per runtime layer and target depth: would vLLM quantize it, with which scheme, as intended?"""
+                        depths: Iterable[int] = CHECK_DEPTHS, family: DraftFamily = DraftFamily.LLAMA,
+                        fused_q_a: bool = True) -> LoaderCheck:
+    """Per runtime layer of `family`'s vLLM class and target depth: would vLLM quantize it, with which
+    scheme, as intended? (`fused_q_a`: see `runtime_layers`.)"""
     depths = tuple(depths)
     problems = _config_problems(quant_config)
     exclude = [e for e in quant_config.get("exclude") or [] if isinstance(e, str)]
@@ -101,9 +110,9 @@ def check_loader_compat(quant_config: Mapping[str, Any], intended: Mapping[str, 
     scheme = vllm_scheme_name(global_config)
     layers = []
     for depth in depths:
-        for layer in runtime_layers(depth):
+        for layer in runtime_layers(depth, family, fused_q_a):
             quantized = not _ignored(layer, exclude)
-            want = None if intended is None else intended[layer.roles[0]]
+            want = None if intended is None else intended.get(layer.roles[0])   # None: not in the draft
             problem = None
             if want is not None and quantized != want:
                 problem = (f"vLLM would {'quantize' if quantized else 'leave BF16'} it, but it was "

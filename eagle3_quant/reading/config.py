@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eagle3_quant.errors import DraftFormatError
+from eagle3_quant.errors import DraftFormatError, UnsupportedSourceError
+from eagle3_quant.reading.families import DraftFamily, MlaDims, detect_family
 from eagle3_quant.reading.formats import DraftFormat
 
 MAX_DIM = 1 << 17        # hidden / intermediate sizes beyond this are not a draft
@@ -36,6 +37,14 @@ class DraftConfig:
     torch_dtype: str
     verifier: str | None
     raw: Mapping[str, Any] = field(repr=False, compare=False)
+    family: DraftFamily = DraftFamily.LLAMA
+    mla: MlaDims | None = None       # MLA attention dims, for the MLA family only
+    num_aux: int = 3                 # target hidden states fc reads (fc in = num_aux x target hidden)
+
+    @property
+    def aux_includes_final_layer(self) -> bool:
+        """The draft reads its aux layer ids plus the target's final hidden state (MiniMax-M3's draft)."""
+        return self.aux_layer_ids is not None and self.num_aux == len(self.aux_layer_ids) + 1
 
 
 def load_config_file(path: Path) -> dict:
@@ -89,6 +98,7 @@ def parse_config(raw: Mapping[str, Any], fmt: DraftFormat, path: Path) -> DraftC
     if aux is not None and (not isinstance(aux, list) or not all(_is_int(i) and i >= 0 for i in aux)):
         raise DraftFormatError(f"{aux!r} is not a list of layer indices", path=path,
                                field="eagle_aux_hidden_state_layer_ids")
+    family = detect_family(raw, path)
     return DraftConfig(
         architecture=(raw.get("architectures") or ["?"])[0],
         hidden_size=hidden,
@@ -110,6 +120,43 @@ def parse_config(raw: Mapping[str, Any], fmt: DraftFormat, path: Path) -> DraftC
         torch_dtype=str(layer.get("torch_dtype") or layer.get("dtype") or raw.get("torch_dtype") or "bfloat16"),
         verifier=_verifier(raw),
         raw=raw,
+        family=family,
+        mla=_mla_dims(read, path) if family is DraftFamily.MLA else None,
+        num_aux=_num_aux(raw, family, aux, path),
+    )
+
+
+MAX_AUX = 16
+
+
+def _num_aux(raw: Mapping[str, Any], family: DraftFamily, ids: list | None, path: Path) -> int:
+    """How many target states fc reads, as vLLM 0.33's Eagle3 classes count them: num_aux_hidden_states
+    (Qwen3: num_aux_layers first), else the number of aux layer ids, else 3. One more than the ids means
+    the ids plus the target's final layer."""
+    keys = ("num_aux_layers", "num_aux_hidden_states") if family is DraftFamily.QWEN3 else ("num_aux_hidden_states",)
+    key = next((k for k in keys if raw.get(k) is not None), None)
+    if key is None:
+        return len(ids) if ids else 3
+    count = raw[key]
+    if not _is_int(count) or not 1 <= count <= MAX_AUX:
+        raise DraftFormatError(f"{count!r} is not an integer in 1..{MAX_AUX}", path=path, field=key)
+    if ids and count not in (len(ids), len(ids) + 1):
+        raise DraftFormatError(f"{count} aux states do not fit {len(ids)} aux layer ids (the ids, or the ids plus "
+                               "the final layer)", path=path, field=key)
+    return count
+
+
+def _mla_dims(read: _Reader, path: Path) -> MlaDims:
+    if read.data.get("index_topk") is not None:
+        raise UnsupportedSourceError("MLA drafts with a sparse-attention indexer (index_topk, DeepSeek V3.2) "
+                                     "are not supported", path=path, field="index_topk")
+    q_lora = read.data.get("q_lora_rank")
+    return MlaDims(
+        q_lora_rank=None if q_lora is None else read.int("q_lora_rank", MAX_DIM),
+        kv_lora_rank=read.int("kv_lora_rank", MAX_DIM),
+        qk_nope_head_dim=read.int("qk_nope_head_dim", MAX_DIM),
+        qk_rope_head_dim=read.int("qk_rope_head_dim", MAX_DIM),
+        v_head_dim=read.int("v_head_dim", MAX_DIM),
     )
 
 

@@ -90,17 +90,24 @@ class ChainContext:
 
 
 class Attention(nn.Module):
+    """Llama attention; with `qk_norms` (Qwen3) an RMSNorm over each head's q and k before RoPE."""
+
     def __init__(self, q_proj: nn.Module, k_proj: nn.Module, v_proj: nn.Module, o_proj: nn.Module,
-                 heads: int, kv_heads: int, head_dim: int) -> None:
+                 heads: int, kv_heads: int, head_dim: int,
+                 qk_norms: tuple[nn.Module, nn.Module] | None = None) -> None:
         super().__init__()
         self.q_proj, self.k_proj, self.v_proj, self.o_proj = q_proj, k_proj, v_proj, o_proj
         self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim
+        if qk_norms is not None:
+            self.q_norm, self.k_norm = qk_norms
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, context) -> torch.Tensor:
         b, t, _ = x.shape
         q = self.q_proj(x).view(b, t, self.heads, self.head_dim).transpose(1, 2)
         k = self.k_proj(x).view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
         v = self.v_proj(x).view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
+        if hasattr(self, "q_norm"):
+            q, k = self.q_norm(q), self.k_norm(k)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         out = context.attend(q, k, v)
         return self.o_proj(out.transpose(1, 2).reshape(b, t, self.heads * self.head_dim))

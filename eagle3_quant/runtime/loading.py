@@ -12,7 +12,7 @@ from eagle3_quant.errors import DraftFormatError
 from eagle3_quant.reading.checkpoint import Checkpoint, read_checkpoint
 from eagle3_quant.reading.config import DraftConfig, load_config_file, parse_config
 from eagle3_quant.reading.formats import detect_format
-from eagle3_quant.reading.layout import EMBEDDING_NAMES, FUSED_GROUPS, build_layout
+from eagle3_quant.reading.layout import EMBEDDING_NAMES, build_layout, fused_groups
 from eagle3_quant.reading.safetensors_header import TensorInfo
 from eagle3_quant.reading.source import resolve_source
 from eagle3_quant.runtime.embedding import read_target_embedding
@@ -95,8 +95,8 @@ def _place_fp8(draft: Eagle3Draft, state: dict[str, torch.Tensor], fp8: dict[str
                           bias.to(dtype) if bias is not None else None, mode)
         setattr(parent, child, layer)
     prefix = draft.spec.layer_prefix
-    for fused, roles in FUSED_GROUPS.items():
-        part = "self_attn" if fused == "qkv_proj" else "mlp"
+    for fused, roles in fused_groups(draft.config).items():
+        part = "mlp" if fused == "gate_up_proj" else "self_attn"
         names = [f"{prefix}{part}.{role}" for role in roles]
         quantized = [n in fp8 for n in names]
         if any(quantized) and not all(quantized):
@@ -156,7 +156,9 @@ def load_draft(path: str | Path, device: str | torch.device | None = None, dtype
     missing = sorted(set(draft.state_dict()) - set(state) - {n for n in draft.state_dict() if n.startswith(
         tuple(fp8))})
     if missing:
-        raise DraftFormatError(f"missing from the checkpoint: {', '.join(missing[:5])}", path=where)
+        hint = ("the draft shares the target's lm_head, which this runtime cannot load yet"
+                if layout.shared_lm_head else None)
+        raise DraftFormatError(f"missing from the checkpoint: {', '.join(missing[:5])}", path=where, hint=hint)
     draft.load_state_dict(state, strict=False, assign=True)
     device = torch.device(device) if device is not None else torch.device("cpu")
     draft.to(device)

@@ -20,9 +20,11 @@ from torch import nn
 
 from eagle3_quant.errors import DraftFormatError
 from eagle3_quant.reading.config import DraftConfig
+from eagle3_quant.reading.families import DraftFamily
 from eagle3_quant.reading.formats import DraftFormat
 from eagle3_quant.runtime.attention import Attention, CausalContext
 from eagle3_quant.runtime.fp8_linear import Fp8Linear
+from eagle3_quant.runtime.mla import MlaAttention
 from eagle3_quant.runtime.spec import RuntimeSpec, resolve_spec
 
 
@@ -69,8 +71,17 @@ class DecoderLayer(nn.Module):
         def linear(i: int, o: int) -> nn.Linear:
             return nn.Linear(i, o, bias=spec.attention_bias, dtype=dtype, device=device)
 
-        self.self_attn = Attention(linear(2 * h, q_out), linear(2 * h, kv_out), linear(2 * h, kv_out),
-                                   linear(q_out, h), c.num_attention_heads, c.num_key_value_heads, c.head_dim)
+        def norm(size: int) -> RMSNorm:
+            return RMSNorm(size, c.rms_norm_eps, dtype, device)
+
+        if c.family is DraftFamily.MLA:
+            self.self_attn = MlaAttention(c.mla, c.num_attention_heads, h, lambda i, o: linear(i, o), norm,
+                                          spec.rope.softmax_scale_factor())
+        else:
+            qk_norms = (norm(c.head_dim), norm(c.head_dim)) if c.family is DraftFamily.QWEN3 else None
+            self.self_attn = Attention(linear(2 * h, q_out), linear(2 * h, kv_out), linear(2 * h, kv_out),
+                                       linear(q_out, h), c.num_attention_heads, c.num_key_value_heads, c.head_dim,
+                                       qk_norms)
         self.mlp = MLP(h, c.intermediate_size, spec.mlp_bias, dtype, device)
         self.input_layernorm = RMSNorm(h, c.rms_norm_eps, dtype, device)
         self.hidden_norm = RMSNorm(h, c.rms_norm_eps, dtype, device)
@@ -95,10 +106,10 @@ class Eagle3Draft(nn.Module):
         self.spec, self.dtype = spec, dtype
         ht = c.target_hidden_size
         if spec.norm_before_fc:
-            self.input_norm = RMSNorm(3 * ht, c.rms_norm_eps, dtype, device)
+            self.input_norm = RMSNorm(spec.num_aux * ht, c.rms_norm_eps, dtype, device)
         if spec.fc_norm:
             self.fc_norm = nn.ModuleList(RMSNorm(ht, c.rms_norm_eps, dtype, device) for _ in range(spec.num_aux))
-        self.fc = nn.Linear(3 * ht, c.hidden_size, bias=False, dtype=dtype, device=device)
+        self.fc = nn.Linear(spec.num_aux * ht, c.hidden_size, bias=False, dtype=dtype, device=device)
         layer = DecoderLayer(spec, dtype, device)
         if spec.format is DraftFormat.SPECULATORS:
             self.layers = nn.ModuleList([layer])
@@ -189,16 +200,17 @@ class Eagle3Draft(nn.Module):
         return nn.functional.embedding(input_ids, weight)
 
     def fuse(self, aux_hidden_states: torch.Tensor) -> torch.Tensor:
-        """[B, T, 3*H_target] aux states of the target -> [B, T, H] draft hidden."""
-        expected = 3 * self.config.target_hidden_size
+        """[B, T, num_aux*H_target] aux states of the target -> [B, T, H] draft hidden."""
+        n = self.spec.num_aux
+        expected = n * self.config.target_hidden_size
         if aux_hidden_states.shape[-1] != expected:
             raise DraftFormatError(f"aux_hidden_states last dim is {aux_hidden_states.shape[-1]}, the draft "
-                                   f"expects 3 x target hidden = {expected}", field="aux_hidden_states")
+                                   f"expects {n} x target hidden = {expected}", field="aux_hidden_states")
         x = aux_hidden_states.to(self.dtype)
         if self.spec.norm_before_fc:
             x = self.input_norm(x)
         if self.spec.fc_norm:
-            x = torch.cat([norm(c) for norm, c in zip(self.fc_norm, x.chunk(3, dim=-1), strict=True)], dim=-1)
+            x = torch.cat([norm(c) for norm, c in zip(self.fc_norm, x.chunk(n, dim=-1), strict=True)], dim=-1)
         return self.fc(x)
 
     def step(self, input_ids: torch.Tensor, hidden: torch.Tensor, position_ids: torch.Tensor | None = None,

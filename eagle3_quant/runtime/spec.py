@@ -8,7 +8,9 @@ from typing import Any
 
 from eagle3_quant.errors import DraftFormatError
 from eagle3_quant.reading.config import DraftConfig
+from eagle3_quant.reading.families import DraftFamily
 from eagle3_quant.reading.formats import DraftFormat
+from eagle3_quant.runtime.mla import DeepseekRope
 from eagle3_quant.runtime.rope import RopeSpec
 
 SUPPORTED_ACTIVATIONS = ("silu",)
@@ -24,7 +26,7 @@ class RuntimeSpec:
     norm_output: bool            # feed the post-norm hidden to the next step instead of the pre-norm one
     attention_bias: bool
     mlp_bias: bool
-    rope: RopeSpec
+    rope: RopeSpec | DeepseekRope     # DeepseekRope: MLA drafts (rope over qk_rope_head_dim, interleaved)
 
     @property
     def layer_prefix(self) -> str:
@@ -32,7 +34,7 @@ class RuntimeSpec:
 
     @property
     def num_aux(self) -> int:
-        return 3
+        return self.config.num_aux
 
 
 def _layer_config(cfg: DraftConfig) -> Mapping[str, Any]:
@@ -64,5 +66,7 @@ def resolve_spec(cfg: DraftConfig, fmt: DraftFormat) -> RuntimeSpec:
         norm_output=_flag(raw, "norm_output"),
         attention_bias=bool(layer.get("attention_bias", False)),
         mlp_bias=bool(layer.get("mlp_bias", False)),
-        rope=RopeSpec.from_config(cfg.head_dim, cfg.rope_theta, scaling, cfg.max_position_embeddings),
+        rope=DeepseekRope.from_config(cfg.mla.qk_rope_head_dim, cfg.rope_theta, scaling)
+        if cfg.family is DraftFamily.MLA else
+        RopeSpec.from_config(cfg.head_dim, cfg.rope_theta, scaling, cfg.max_position_embeddings),
     )

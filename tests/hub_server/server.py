@@ -107,7 +107,9 @@ class HubHandler(BaseHTTPRequestHandler):
             headers = {"X-Error-Message": exc.message.encode("ascii", "replace").decode()}
             if exc.code:
                 headers["X-Error-Code"] = exc.code
-            self._send_json({"error": exc.message, **exc.extra}, exc.status, headers)
+            # a HEAD answer carries no body, or the client reads it as the next response's status line
+            self._send(exc.status, json.dumps({"error": exc.message, **exc.extra}).encode(), headers=headers,
+                       head=method == "HEAD")
         finally:
             self.server.record(Recorded(method, url.path, url.query, self._status, self._token() is not None))
 
@@ -358,7 +360,15 @@ class HubHandler(BaseHTTPRequestHandler):
         headers = {"X-Repo-Commit": oid, "ETag": f'"{entry.oid(data)}"', "Accept-Ranges": "bytes"}
         if entry.lfs:
             headers.update({"X-Linked-Etag": f'"{entry.sha256}"', "X-Linked-Size": str(entry.size)})
-        self._send(200, data, "application/octet-stream", headers, head=head)
+        status, body = 200, data
+        wanted = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range") or "")
+        if wanted:                       # a range request (what get_safetensors_metadata sends): 206, the slice
+            start, end = int(wanted[1]), min(int(wanted[2] or len(data) - 1), len(data) - 1)
+            status, body = 206, data[start:end + 1]
+            headers["Content-Range"] = f"bytes {start}-{end}/{len(data)}"
+        if not head:
+            self.server.count_bytes(path, len(body))
+        self._send(status, body, "application/octet-stream", headers, head=head)
 
 
 def _front_matter(text: str) -> dict | None:
@@ -381,9 +391,14 @@ class HubHTTPServer(ThreadingHTTPServer):
         self.tokens = dict(tokens)
         self.faults: list[Fault] = []
         self.requests: list[Recorded] = []
+        self.bytes_served: dict[str, int] = {}     # file path in a repo -> body bytes sent by resolve GETs
         self._record_lock = threading.Lock()
         self.url = f"http://127.0.0.1:{self.server_address[1]}"
 
     def record(self, entry: Recorded) -> None:
         with self._record_lock:
             self.requests.append(entry)
+
+    def count_bytes(self, path: str, n: int) -> None:
+        with self._record_lock:
+            self.bytes_served[path] = self.bytes_served.get(path, 0) + n
