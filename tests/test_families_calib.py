@@ -17,7 +17,7 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.mark.parametrize(("num_aux", "final", "ids", "taps"), [
-    (2, False, [0, 2], (1, 3)),                  # SpecForge ids count outputs: hidden_states[id + 1]
+    (2, False, [0, 2], (1, 3)),                  # SGLang reads SpecForge ids as outputs: hidden_states[id + 1]
     (4, True, [0, 1, 2], (1, 2, 3, 4)),         # the ids plus the final layer: hidden_states[num_layers]
 ])
 def test_capture_reads_every_state_the_draft_reads(tiny_target, chat_jsonl, target_model, tmp_path, num_aux, final,
@@ -25,7 +25,7 @@ def test_capture_reads_every_state_the_draft_reads(tiny_target, chat_jsonl, targ
     draft = write_synthetic_draft(tmp_path / "draft", replace(DRAFT, num_aux=num_aux, aux_final=final),
                                   aux_layer_ids=ids)
     result = calibrate_target(tiny_target, draft, chat_jsonl, tmp_path / "cal", num_samples=2, seq_len=32,
-                              min_tokens=4)
+                              min_tokens=4, engine="sglang")
     assert result.taps == taps
     calib = load_calibration(tmp_path / "cal")
     h = TARGET.hidden
