@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -10,6 +10,9 @@ from typing import Any
 
 from eagle3_quant.errors import DraftFormatError
 from eagle3_quant.formats import DraftFormat
+from eagle3_quant.limits import load_json_file
+
+AUX_STATES = 3           # vLLM's Eagle3 fc takes 3 x target hidden: one state per aux layer id
 
 MAX_DIM = 1 << 17        # hidden / intermediate sizes beyond this are not a draft
 MAX_VOCAB = 1 << 22
@@ -42,9 +45,9 @@ def load_config_file(path: Path) -> dict:
     if not path.is_file():
         raise DraftFormatError("config.json is missing", path=path.parent)
     try:
-        raw = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise DraftFormatError(f"not valid JSON ({exc})", path=path) from exc
+        raw = load_json_file(path)
+    except OSError as exc:
+        raise DraftFormatError(f"cannot read: {exc.strerror or exc}", path=path) from exc
     if not isinstance(raw, dict):
         raise DraftFormatError("not a JSON object", path=path)
     for key, expected, ok in _TOP_LEVEL_TYPES:
@@ -88,6 +91,10 @@ def parse_config(raw: Mapping[str, Any], fmt: DraftFormat, path: Path) -> DraftC
     aux = eagle_config.get("eagle_aux_hidden_state_layer_ids", raw.get("eagle_aux_hidden_state_layer_ids"))
     if aux is not None and (not isinstance(aux, list) or not all(_is_int(i) and i >= 0 for i in aux)):
         raise DraftFormatError(f"{aux!r} is not a list of layer indices", path=path,
+                               field="eagle_aux_hidden_state_layer_ids")
+    if aux is not None and len(aux) != AUX_STATES:
+        raise DraftFormatError(f"lists {len(aux)} aux layer ids, but an Eagle3 draft's fc reads {AUX_STATES} x the "
+                               "target hidden size (one state per id)", path=path,
                                field="eagle_aux_hidden_state_layer_ids")
     return DraftConfig(
         architecture=(raw.get("architectures") or ["?"])[0],
@@ -144,7 +151,7 @@ class _Reader:
         value = self.data.get(key, default)
         if value is None:
             return default
-        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-            raise DraftFormatError(f"{value!r} is not a positive number", path=self.path,
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+            raise DraftFormatError(f"{value!r} is not a positive number (finite)", path=self.path,
                                    field=self.prefix + key)
         return float(value)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from eagle3_quant.errors import Eagle3QuantError, PipelineSpecError, PublishError
+from eagle3_quant.pipeline_preflight import preflight
 from eagle3_quant.pipeline_spec import PipelineSpec, load_pipeline
 from eagle3_quant.schemes import SCHEMES
 from eagle3_quant.source import REPO_ID
@@ -143,11 +144,13 @@ def run_quantize(spec: PipelineSpec) -> str:
 
 
 def run_validate(spec: PipelineSpec) -> str:
+    from eagle3_quant.evidence import manifest_digests
+    from eagle3_quant.export.manifest import Manifest
     from eagle3_quant.export.validation_report import read_validation
 
     if not spec.validate.enabled:
         raise _Skip("disabled", "validate.enabled is false")
-    report = read_validation(spec.out)
+    report = read_validation(spec.out, manifest_digests(Manifest.read(spec.out).data))   # foreign: validate again
     manifest_time = (spec.out / "eagle3_quant.json").stat().st_mtime
     if report.state in ("passed", "failed") and report.path.stat().st_mtime >= manifest_time:
         if report.state == "failed":
@@ -187,6 +190,7 @@ def _push_detail(result: Any) -> str:
 def run_pipeline(pipeline: str | Path | PipelineSpec, overrides: list[str] | None = None) -> PipelineResult:
     """Run every stage in order; stop at the first failure (later stages: `not run`)."""
     spec = pipeline if isinstance(pipeline, PipelineSpec) else load_pipeline(pipeline, overrides)
+    preflight(spec)     # every stage's options, before the first stage runs
     stages = {"calibrate": run_calibrate, "quantize": run_quantize, "validate": run_validate, "push": run_push}
     outcomes: list[StageOutcome] = []
     pushed = None

@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from eagle3_quant.errors import PipelineSpecError
+from eagle3_quant.limits import MAX_YAML_BYTES, load_yaml_text, read_limited_text
+from eagle3_quant.repo_ids import repo_id_problem
 from eagle3_quant.schemes import DEFAULT_SCHEME, SCHEMES
-from eagle3_quant.source import REPO_ID
 
 PIPELINE_VERSION = 1
 
@@ -151,19 +152,24 @@ def _check(spec: PipelineSpec, file: str | None) -> PipelineSpec:
         if not spec.push.repo_id:
             raise PipelineSpecError("required when push is enabled (or set push.enabled: false)", path=file,
                                     field="push.repo_id")
-        if not REPO_ID.match(spec.push.repo_id):
-            raise PipelineSpecError(f"{spec.push.repo_id!r} is not ORG/NAME", path=file, field="push.repo_id")
+        problem = repo_id_problem(spec.push.repo_id)
+        if problem:
+            raise PipelineSpecError(f"{spec.push.repo_id!r} is {problem}", path=file, field="push.repo_id")
+    for name in ("source", "target"):
+        value = getattr(spec, name)
+        if value is not None and not Path(value).expanduser().exists() and repo_id_problem(value):
+            raise PipelineSpecError(f"{value!r} is no such folder, and {repo_id_problem(value)}", path=file,
+                                    field=name)
     return spec
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
     """`push.repo_id=org/x` -> (["push", "repo_id"], "org/x"); the value is read as a YAML scalar."""
-    import yaml
-
     key, sep, value = text.partition("=")
-    if not sep or not key.strip():
-        raise PipelineSpecError(f"override {text!r} is not KEY=VALUE (for example push.dry_run=true)")
-    return key.strip().split("."), yaml.safe_load(value) if value.strip() else None
+    keys = key.strip().split(".")
+    if not sep or not all(keys):
+        raise PipelineSpecError(f"override {text!r} is not KEY=VALUE (for example push.dry_run=true)", field="--set")
+    return keys, load_yaml_text(value, f"--set {key.strip()}", PipelineSpecError) if value.strip() else None
 
 
 def apply_overrides(raw: dict, overrides: list[str]) -> dict:
@@ -180,14 +186,12 @@ def apply_overrides(raw: dict, overrides: list[str]) -> dict:
 
 
 def load_pipeline(path: str | Path, overrides: list[str] | None = None) -> PipelineSpec:
-    import yaml
-
     path = Path(path)
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = load_yaml_text(read_limited_text(path, MAX_YAML_BYTES, PipelineSpecError), path, PipelineSpecError)
     except FileNotFoundError:
         raise PipelineSpecError("no such pipeline file", path=path) from None
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+    except (OSError, UnicodeDecodeError) as exc:
         raise PipelineSpecError(f"not a readable YAML file ({exc})", path=path) from None
     raw = {} if raw is None else raw
     if isinstance(raw, dict):

@@ -14,10 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from eagle3_quant.export.manifest import MANIFEST_NAME, Manifest
+from eagle3_quant.export.manifest_check import check_manifest_data
 from eagle3_quant.export.source_card import repo_id_from_cache_path, source_card_info
 from eagle3_quant.export.validation_report import ValidationSummary, read_validation
 
 from eagle3_quant.errors import PublishError
+from eagle3_quant.evidence import manifest_digests
+from eagle3_quant.limits import load_json_file
+from eagle3_quant.public_names import public_name
 from eagle3_quant.schemes import SCHEMES
 
 CARD_NAME = "README.md"
@@ -46,17 +50,15 @@ class DraftCard:
 
 
 def read_manifest(out: Path) -> Manifest:
-    try:
-        manifest = Manifest.read(out)
-    except FileNotFoundError:
+    path = out / MANIFEST_NAME
+    if not path.is_file():
         raise PublishError(f"no {MANIFEST_NAME}: not an eagle3-quant output folder", path=out,
-                           hint="make it with `eagle3-quant quantize SRC OUT`") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise PublishError(f"unreadable manifest ({exc})", path=out / MANIFEST_NAME) from None
-    for key in ("source", "scheme", "layers", "outputs", "versions"):
-        if key not in manifest.data:
-            raise PublishError("manifest lacks this field", path=out / MANIFEST_NAME, field=key)
-    return manifest
+                           hint="make it with `eagle3-quant quantize SRC OUT`")
+    try:
+        data = load_json_file(path, PublishError)
+    except OSError as exc:
+        raise PublishError(f"unreadable manifest ({exc.strerror or exc})", path=path) from None
+    return Manifest(check_manifest_data(data, out, path))
 
 
 def _config_verifier(out: Path) -> str | None:
@@ -103,7 +105,7 @@ def _headline(validation: ValidationSummary) -> str:
 
 
 def _reproduce(source: dict, scheme: str, layers: list[dict], repo_id: str) -> list[str]:
-    src = source.get("repo_id") or source.get("path") or "SRC"
+    src = source.get("repo_id") or public_name(source.get("path")) or "SRC"
     revision = f" --revision {source['commit']}" if source.get("repo_id") and source.get("commit") else ""
     flags = [f" --exclude {d['module']}" for d in layers if not d["quantized"] and d["role"] not in DEFAULT_ROLES_KEPT]
     if any(d["quantized"] and d["role"] == "fc" for d in layers):
@@ -135,13 +137,16 @@ def build_card(out: str | Path, repo_id: str | None = None, *, target: str | Non
 
     out = Path(out)
     data = read_manifest(out).data
-    validation = validation or read_validation(out)
+    validation = validation or read_validation(out, manifest_digests(data))
     source, scheme = data["source"], data["scheme"]
+    local_name = public_name(source.get("path"))        # older manifests recorded an absolute path
     repo_id = repo_id or f"ORG/{out.resolve().name}"
-    base_model = base_model or source.get("repo_id") or repo_id_from_cache_path(source.get("path", ""))
-    target = target or validation.target or _config_verifier(out)
+    base_model = base_model or source.get("repo_id") or source.get("hub_id") or \
+        repo_id_from_cache_path(source.get("path", ""))
+    target = public_name(target or validation.target or _config_verifier(out))
     license_info = source.get("card")
-    if license_info is None and source.get("path") and Path(source["path"]).is_dir():
+    if license_info is None and source.get("path") and Path(source["path"]).is_absolute() and \
+            Path(source["path"]).is_dir():
         license_info = source_card_info(source["path"])  # manifests written before licenses were recorded
     card_data = ModelCardData(
         base_model=base_model, library_name=LIBRARY_NAME,
@@ -154,12 +159,12 @@ def build_card(out: str | Path, repo_id: str | None = None, *, target: str | Non
     versions = data["versions"]
     source_text = (f"[{source['repo_id']}](https://huggingface.co/{source['repo_id']}) at commit "
                    f"`{source.get('commit') or source.get('revision') or 'main'}`" if source.get("repo_id")
-                   else f"local folder `{source.get('path')}`" + (f" (Hub: `{base_model}`)" if base_model else ""))
+                   else f"local folder `{local_name}`" + (f" (Hub: `{base_model}`)" if base_model else ""))
     card = ModelCard.from_template(
         card_data, template_path=str(TEMPLATE_PATH),
         title=repo_id.split("/")[-1], repo_id=repo_id, source=source, scheme=scheme,
         scheme_summary=SCHEMES[scheme["name"]].summary if scheme["name"] in SCHEMES else "",
-        source_link=f"[{base_model}](https://huggingface.co/{base_model})" if base_model else f"`{source.get('path')}`",
+        source_link=f"[{base_model}](https://huggingface.co/{base_model})" if base_model else f"`{local_name}`",
         source_text=source_text, target_text=f"`{target}`" if target else "its target model (not recorded)",
         target_cli=target or "TARGET_MODEL", versions={k: versions.get(k, "?") for k in (
             "eagle3-quant", "amd-quark", "torch", "transformers", "safetensors", "huggingface_hub")} | versions,

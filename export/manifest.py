@@ -57,5 +57,5 @@ def write_manifest(out: Path, body: dict[str, Any], inputs: list[FileDigest],
         "inputs": [d.to_dict() for d in inputs],
         "outputs": [d.to_dict() for d in outputs],
     }
-    (out / MANIFEST_NAME).write_text(json.dumps(data, indent=2) + "\n")
+    (out / MANIFEST_NAME).write_text(json.dumps(data, indent=2, allow_nan=False) + "\n")
     return Manifest(data)

@@ -14,7 +14,8 @@ from eagle3_quant.export.validation_report import read_validation
 
 from eagle3_quant import __version__
 from eagle3_quant.errors import HubError, NotValidatedError, PublishError
-from eagle3_quant.source import REPO_ID
+from eagle3_quant.evidence import manifest_digests
+from eagle3_quant.repo_ids import repo_id_problem
 
 DEFAULT_BRANCH = "main"
 ATTEMPTS = 3            # whole-push attempts on a transient Hub error (the commit POST itself is not retried)
@@ -54,8 +55,9 @@ def default_commit_message(manifest_data: dict) -> str:
 
 
 def _check_arguments(repo_id: str, revision: str | None, create_pr: bool) -> None:
-    if not REPO_ID.match(repo_id):
-        raise PublishError(f"{repo_id!r} is not a Hub repo id", field="repo_id", hint="use ORG/NAME")
+    problem = repo_id_problem(repo_id)
+    if problem:
+        raise PublishError(f"{repo_id!r} is {problem}", field="repo_id", hint="use ORG/NAME")
     if create_pr and revision not in (None, DEFAULT_BRANCH):
         raise PublishError("a pull request is always opened against main; do not combine it with a revision",
                            field="revision")
@@ -113,7 +115,10 @@ def push_draft(
     out = Path(out)
     _check_arguments(repo_id, revision, create_pr)
     manifest = read_manifest(out)
-    validation = read_validation(out)
+    validation = read_validation(out, manifest_digests(manifest.data))
+    if validation.state == "foreign":     # never published, not even with --allow-unvalidated
+        raise NotValidatedError(f"refusing to publish: {validation.problem}", path=validation.path,
+                                hint="run `eagle3-quant validate OUT` on this folder")
     if not validation.passed and not allow_unvalidated:
         raise NotValidatedError(f"refusing to publish: {validation.problem}", path=validation.path,
                                 hint="run `eagle3-quant validate OUT` first, or pass --allow-unvalidated: "

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from eagle3_quant.export.card import CARD_NAME
 from eagle3_quant.export.manifest import MANIFEST_NAME, Manifest
+from eagle3_quant.export.manifest_check import output_path
 from eagle3_quant.export.validation_report import REPORT_NAME
 
 from eagle3_quant.errors import PublishError
@@ -48,7 +49,7 @@ def files_to_send(out: Path, manifest: Manifest) -> list[PushFile]:
     for rel, entry in listed.items():
         if rel == CARD_NAME:  # an old output that copied the source's card: ours replaces it
             continue
-        path = out / rel
+        path = output_path(out, rel, out / MANIFEST_NAME)   # inside OUT: checked before any read
         if not path.is_file():
             raise PublishError("listed in the manifest but missing", path=path)
         size = path.stat().st_size
@@ -58,7 +59,7 @@ def files_to_send(out: Path, manifest: Manifest) -> list[PushFile]:
                                hint="quantize again; a changed artifact is never published")
         files.append(PushFile(rel, size, digest, "artifact"))
     for name, kind in ADDED_FILES.items():
-        if name != CARD_NAME and (out / name).is_file():
+        if name != CARD_NAME and (out / name).is_file() and output_path(out, name, out / MANIFEST_NAME):
             files.append(PushFile(name, (out / name).stat().st_size, sha256_file(out / name), kind))
     return files
 

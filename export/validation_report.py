@@ -16,14 +16,17 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from eagle3_quant.evidence import evidence_problem
+
 REPORT_NAME = "validation.json"
 REPORT_VERSION = 1
 
-State = Literal["passed", "failed", "missing", "unreadable"]
+State = Literal["passed", "failed", "missing", "unreadable", "foreign"]   # foreign: another artifact's report
 
 
 @dataclass(frozen=True)
@@ -67,8 +70,12 @@ def _checks(raw: Any) -> tuple[CheckLine, ...]:
                  for c in raw if isinstance(c, dict))
 
 
-def read_validation(out: str | Path) -> ValidationSummary:
-    """Never raises for a bad report: the state says what is wrong, and push refuses on anything but passed."""
+def read_validation(out: str | Path, artifact: Mapping[str, str] | None = None) -> ValidationSummary:
+    """Never raises for a bad report: the state says what is wrong, and push refuses on anything but passed.
+
+    `artifact` (path -> sha256, see eagle3_quant/evidence.py): the report must name exactly these files, else
+    its state is "foreign" and none of its results are read.
+    """
     path = Path(out) / REPORT_NAME
     if not path.is_file():
         return ValidationSummary(path, "missing", "no validation report")
@@ -81,6 +88,9 @@ def read_validation(out: str | Path) -> ValidationSummary:
     if data.get("report_version") != REPORT_VERSION:
         return ValidationSummary(path, "unreadable", f"unknown report_version {data.get('report_version')!r} "
                                                      f"(this tool reads version {REPORT_VERSION})")
+    problem = evidence_problem(data, artifact) if artifact is not None else None
+    if problem:
+        return ValidationSummary(path, "foreign", problem)
     checks = _checks(data.get("checks"))
     kernel = data.get("kernel") if isinstance(data.get("kernel"), dict) else {}
     calibration = data.get("calibration") if isinstance(data.get("calibration"), dict) else {}

@@ -11,20 +11,22 @@ from pathlib import Path
 from eagle3_quant.export.files import copy_side_files
 from eagle3_quant.export.manifest import Manifest, write_manifest
 from eagle3_quant.export.quark_config import rewrite_config
-from eagle3_quant.export.source_card import source_card_info
+from eagle3_quant.export.source_card import repo_id_from_cache_path, source_card_info
 from eagle3_quant.export.verify import verify_export
 from eagle3_quant.quantize.checks import check_resources, check_vocab_map
 from eagle3_quant.quantize.finite_scan import scan_source
 from eagle3_quant.quantize.plan import QuantPlan, make_plan
 from eagle3_quant.quantize.quark_import import import_quark_in_background
+from eagle3_quant.quantize.source_guard import check_source_unchanged, identities
 from eagle3_quant.validate.loader_compat import LoaderCheck, check_loader_compat
 
 from eagle3_quant.draft import read_draft
 from eagle3_quant.errors import LoaderCompatError, SchemeError
 from eagle3_quant.hashing import digest_folder
 from eagle3_quant.inspection import estimate_output_bytes
-from eagle3_quant.outdir import check_output_target, staged_output
+from eagle3_quant.outdir import check_output_target, claimed_output, staged_output
 from eagle3_quant.pickle_source import pickle_converted, pickle_only
+from eagle3_quant.public_names import public_name, write_local_record
 from eagle3_quant.schemes import DEFAULT_SCHEME, get_scheme
 from eagle3_quant.source import DraftSource, resolve_source
 from eagle3_quant.stage_timer import StageTimer
@@ -100,13 +102,14 @@ def quantize_draft(
     """
     options = dict(scheme=scheme, exclude=exclude, device=device, quantize_fc=quantize_fc, force=force,
                    calib=calib, auto_exclude=auto_exclude, verbose=verbose)
-    if allow_pickle:
-        get_scheme(scheme)
-        source = resolve_source(src, revision, include_pickle=True)
-        if pickle_only(source.path):
-            with pickle_converted(source.path, Path(out), force) as converted:
-                return _quantize(converted, out, None, origin=source, **options)
-    return _quantize(src, out, revision, **options)
+    with claimed_output(Path(out), force, Path(src)):   # one writer per OUT, from the first check to the rename
+        if allow_pickle:
+            get_scheme(scheme)
+            source = resolve_source(src, revision, include_pickle=True)
+            if pickle_only(source.path):
+                with pickle_converted(source.path, Path(out), force) as converted:
+                    return _quantize(converted, out, None, origin=source, **options)
+        return _quantize(src, out, revision, **options)
 
 
 def _check_resources(draft, out: Path, plan: QuantPlan, in_memory: bool) -> None:
@@ -137,6 +140,7 @@ def _quantize(src: str | Path, out: str | Path, revision: str | None, *, scheme:
     quark_import = import_quark_in_background(verbose)   # overlaps the source scan below
     source = origin or draft.source
     with timer.stage("scan source (sha256 + NaN/Inf)"):
+        scanned_identities = identities(source.path, draft)
         inputs = scan_source(draft)
         if origin is not None:      # converted from pickle: the manifest lists the files the user gave
             inputs = digest_folder(source.path)
@@ -171,13 +175,16 @@ def _quantize(src: str | Path, out: str | Path, revision: str | None, *, scheme:
             copy_side_files(draft.path, staging)
         with timer.stage("verify + sha256 outputs"):
             verified = verify_export(draft, staging, plan)   # after the last write: its digests go in the manifest
+        with timer.stage("re-check source (sha256)"):   # after the last read of it: what was used was scanned
+            check_source_unchanged(source.path, inputs, scanned_identities, draft)
         loader = check_loader_compat(config["quantization_config"], plan.intended())
         if not loader.ok:
             raise LoaderCompatError("vLLM would not load this as intended: " + "; ".join(loader.problems[:3]),
                                     path=out)
         with timer.stage("manifest"):
             manifest = write_manifest(staging, {
-                "source": {"path": str(source.path), "repo_id": source.repo_id,
+                "source": {"path": public_name(source.path), "hub_id": repo_id_from_cache_path(source.path),
+                           "repo_id": source.repo_id,
                            "revision": source.revision, "commit": source.commit,
                            "format": draft.format.value, "architecture": draft.config.architecture,
                            "pickle_converted": origin is not None, "card": source_card_info(source.path)},
@@ -192,4 +199,5 @@ def _quantize(src: str | Path, out: str | Path, revision: str | None, *, scheme:
                 **({"calibration": calibration} if calibration else {}),
                 **({"sensitivity": sensitivity} if sensitivity else {}),
             }, inputs, verified.files)
+            write_local_record(staging, source.path)   # hidden, never published: validate's default reference
     return QuantizeResult(out, manifest, plan, loader, time.perf_counter() - started, timer.seconds)

@@ -15,7 +15,9 @@ from eagle3_quant.validate.structure import Fp8Artifact, read_artifact, read_ref
 
 from eagle3_quant.draft import DraftCheckpoint
 from eagle3_quant.errors import DraftFormatError, Eagle3QuantError
+from eagle3_quant.evidence import artifact_digests
 from eagle3_quant.layout import EMBEDDING_NAMES
+from eagle3_quant.public_names import public_name
 
 FIDELITY_CHECKS = ("top1_agreement", "acceptance_ratio")
 
@@ -113,6 +115,7 @@ def validate_draft(out: str | Path, reference: str | Path | None = None, calib: 
         raise DraftFormatError(f"k must be >= 1, got {k}", field="k")
     out = Path(out).expanduser().resolve()
     art = read_artifact(out)
+    validated_files = artifact_digests(out)
     ref = read_reference(Path(reference).expanduser() if reference is not None else None, out)
     cal = load_calibration(Path(calib).expanduser()) if calib is not None else None
     if cal is not None:
@@ -134,10 +137,10 @@ def validate_draft(out: str | Path, reference: str | Path | None = None, calib: 
             "kernel check turned off (--no-kernel)"
         kernel_result = {"status": "skipped", "reason": reason}
         checks.append(skipped("kernel_path", reason))
-    calibration = None if cal is None else {"path": str(cal.path.resolve()), "samples": cal.num_samples,
-                                            "tokens": cal.num_tokens, "target": cal.info.target}
+    calibration = None if cal is None else {"path": public_name(cal.path.resolve()), "samples": cal.num_samples,
+                                            "tokens": cal.num_tokens, "target": public_name(cal.info.target)}
     result = ValidationReport(out, ref.path if ref is not None else None, calibration, gates, tuple(checks),
-                              metrics, tuple(layers), kernel_result)
+                              metrics, tuple(layers), kernel_result, artifact_files=validated_files)
     report_path = Path(report).expanduser() if report is not None else out / REPORT_NAME
     result.write(report_path)
     return dataclasses.replace(result, report_path=report_path)

@@ -6,9 +6,10 @@
       "report_version": 1,
       "passed": bool,                        # no check failed (skipped checks do not fail a report)
       "created_at": "2025-01-01T00:00:00+00:00",
-      "artifact": "/path/OUT",               # the FP8 draft validated
-      "reference": "/path/SRC" | null,       # the BF16 draft it was compared with
-      "calibration": {"path", "samples", "tokens", "target"} | null,
+      "artifact": "OUT",                     # the FP8 draft validated (folder name: never a local path)
+      "artifact_files": {"model.safetensors": "<sha256>", ...},   # what was validated (eagle3_quant/evidence.py)
+      "reference": "SRC" | null,             # the BF16 draft it was compared with (folder name or Hub id)
+      "calibration": {"path", "samples", "tokens", "target"} | null,   # names, not local paths
       "gates": {"min_top1_agreement": 0.95, "min_acceptance_ratio": 0.99, "min_weight_sqnr_db": 25.0},
       "checks": [{"name", "status": "passed" | "failed" | "skipped", "detail", ...}],
       "metrics": {
@@ -42,6 +43,7 @@ from typing import Any, Literal
 from eagle3_quant.export.manifest import library_versions
 
 from eagle3_quant.errors import SchemeError
+from eagle3_quant.public_names import public_name
 
 REPORT_VERSION = 1
 REPORT_NAME = "validation.json"
@@ -60,6 +62,11 @@ class Gates:
     min_acceptance_ratio: float = 0.99
     min_weight_sqnr_db: float = 25.0
 
+    def __post_init__(self) -> None:
+        for name, value in self.to_dict().items():
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+                raise SchemeError(f"gate {name} = {value!r} is not a finite number", field=name)
+
     def to_dict(self) -> dict:
         return {"min_top1_agreement": self.min_top1_agreement, "min_acceptance_ratio": self.min_acceptance_ratio,
                 "min_weight_sqnr_db": self.min_weight_sqnr_db}
@@ -74,7 +81,7 @@ class Gates:
         if unknown:
             raise SchemeError(f"unknown gate(s) {', '.join(unknown)}; valid gates: {', '.join(sorted(known))}",
                               field="gates")
-        return cls(**{k: float(v) for k, v in value.items()})
+        return cls(**dict(value))
 
 
 @dataclass(frozen=True)
@@ -120,6 +127,7 @@ class ValidationReport:
     layers: tuple[dict, ...]
     kernel: dict[str, Any]
     report_path: Path | None = None
+    artifact_files: dict[str, str] = field(default_factory=dict)   # path -> sha256 of what was validated
 
     @property
     def passed(self) -> bool:
@@ -140,8 +148,9 @@ class ValidationReport:
             "report_version": REPORT_VERSION,
             "passed": self.passed,
             "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
-            "artifact": str(self.artifact),
-            "reference": str(self.reference) if self.reference else None,
+            "artifact": public_name(self.artifact),
+            "artifact_files": dict(self.artifact_files),
+            "reference": public_name(self.reference),
             "calibration": self.calibration,
             "gates": self.gates.to_dict(),
             "checks": [c.to_dict() for c in self.checks],
@@ -153,7 +162,7 @@ class ValidationReport:
 
     def write(self, path: Path) -> Path:
         tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+        tmp.write_text(json.dumps(self.to_dict(), indent=2, allow_nan=False) + "\n")
         tmp.replace(path)
         return path
 

@@ -31,7 +31,7 @@ def sensitivity_command(
     report = measure_sensitivity(src, calib, scheme.value, device.value if device else None, groups=group,
                                  max_samples=max_samples, revision=revision)
     if as_json:
-        typer.echo(json.dumps(report.to_dict(), indent=2))
+        typer.echo(json.dumps(report.to_dict(), indent=2, allow_nan=False))
         return
     from eagle3_quant.cli.render import print_sensitivity
 

@@ -44,7 +44,7 @@ def validate_command(
     result = validate_draft(out, reference, calib, report, gates, k=k, target=target, device=device, kernel=kernel,
                             max_samples=max_samples)
     if as_json:
-        typer.echo(json.dumps(json.loads(result.report_path.read_text()), indent=2))
+        typer.echo(json.dumps(json.loads(result.report_path.read_text()), indent=2, allow_nan=False))
     else:
         from eagle3_quant.cli.validate_render import print_validation
 
