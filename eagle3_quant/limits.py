@@ -100,7 +100,7 @@ def load_json_file(path: Path, error: type[Eagle3QuantError] = DraftFormatError,
 
 
 def load_yaml_text(text: str, where: Path | str, error: type[Eagle3QuantError] = DraftFormatError,
-                   max_bytes: int = MAX_YAML_BYTES) -> Any:
+                   max_bytes: int = MAX_YAML_BYTES, kind: str = "file") -> Any:
     """yaml.safe_load of at most `max_bytes`, with anchors/aliases refused (an alias bomb expands
     exponentially) and the nesting capped."""
     import yaml
@@ -121,4 +121,4 @@ def load_yaml_text(text: str, where: Path | str, error: type[Eagle3QuantError] =
                 depth -= 1
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise error(f"not valid YAML ({str(exc).splitlines()[0]})", path=where) from None
+        raise error(f"not a readable YAML {kind} ({str(exc).splitlines()[0]})", path=where) from None

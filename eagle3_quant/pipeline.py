@@ -97,20 +97,22 @@ def _existing_output_problem(spec: PipelineSpec) -> str | None:
     from eagle3_quant.draft import read_draft
     from eagle3_quant.export.card import read_manifest
     from eagle3_quant.export.push_files import files_to_send
+    from eagle3_quant.public_names import recorded_source_path
     from eagle3_quant.quantize.plan import make_plan
     from eagle3_quant.schemes import get_scheme
 
     manifest = read_manifest(spec.out)
     source = manifest.data["source"]
+    local = recorded_source_path(spec.out) or Path(source.get("path") or "")   # the manifest names only the folder
     if manifest.data["scheme"]["name"] != spec.scheme:
         return f"scheme was {manifest.data['scheme']['name']}"
     same_source = (source.get("repo_id") == spec.source if _is_hub_id(spec.source)
-                   else Path(source.get("path", "")).resolve() == Path(spec.source).resolve())
+                   else local.resolve() == Path(spec.source).resolve())
     if not same_source or (spec.revision and source.get("revision") != spec.revision):
         return f"made from {source.get('repo_id') or source.get('path')}"
-    if not Path(source.get("path", "")).is_dir():
+    if not local.is_dir():
         return "its source folder is gone"
-    plan = make_plan(read_draft(source["path"]), get_scheme(spec.scheme), spec.quantize.exclude or None,
+    plan = make_plan(read_draft(local), get_scheme(spec.scheme), spec.quantize.exclude or None,
                      spec.quantize.quantize_fc)
     recorded = {d["module"]: d["quantized"] for d in manifest.data["layers"]}
     threshold = (manifest.data.get("sensitivity") or {}).get("threshold")

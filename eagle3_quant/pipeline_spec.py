@@ -169,7 +169,9 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     keys = key.strip().split(".")
     if not sep or not all(keys):
         raise PipelineSpecError(f"override {text!r} is not KEY=VALUE (for example push.dry_run=true)", field="--set")
-    return keys, load_yaml_text(value, f"--set {key.strip()}", PipelineSpecError) if value.strip() else None
+    if not value.strip():
+        return keys, None
+    return keys, load_yaml_text(value, f"--set {key.strip()}", PipelineSpecError, kind="value")
 
 
 def apply_overrides(raw: dict, overrides: list[str]) -> dict:
