@@ -14,13 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from eagle3_quant.export.manifest import MANIFEST_NAME, Manifest
-from eagle3_quant.export.manifest_check import check_manifest_data
 from eagle3_quant.export.source_card import repo_id_from_cache_path, source_card_info
 from eagle3_quant.export.validation_report import ValidationSummary, read_validation
 
 from eagle3_quant.errors import PublishError
 from eagle3_quant.evidence import manifest_digests
-from eagle3_quant.limits import load_json_file
+from eagle3_quant.manifest_check import read_checked_manifest
 from eagle3_quant.public_names import public_name
 from eagle3_quant.schemes import SCHEMES
 
@@ -50,15 +49,11 @@ class DraftCard:
 
 
 def read_manifest(out: Path) -> Manifest:
-    path = out / MANIFEST_NAME
-    if not path.is_file():
+    data = read_checked_manifest(out)
+    if data is None:
         raise PublishError(f"no {MANIFEST_NAME}: not an eagle3-quant output folder", path=out,
                            hint="make it with `eagle3-quant quantize SRC OUT`")
-    try:
-        data = load_json_file(path, PublishError)
-    except OSError as exc:
-        raise PublishError(f"unreadable manifest ({exc.strerror or exc})", path=path) from None
-    return Manifest(check_manifest_data(data, out, path))
+    return Manifest(data)
 
 
 def _config_verifier(out: Path) -> str | None:

@@ -8,11 +8,11 @@ from pathlib import Path
 
 from eagle3_quant.export.card import CARD_NAME
 from eagle3_quant.export.manifest import MANIFEST_NAME, Manifest
-from eagle3_quant.export.manifest_check import output_path
 from eagle3_quant.export.validation_report import REPORT_NAME
 
 from eagle3_quant.errors import PublishError
 from eagle3_quant.hashing import CHUNK, sha256_file
+from eagle3_quant.manifest_check import output_path
 
 # Files written after quantization: not listed in the manifest's outputs, sent all the same.
 ADDED_FILES = {MANIFEST_NAME: "manifest", CARD_NAME: "card", REPORT_NAME: "validation report"}

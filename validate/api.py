@@ -17,6 +17,7 @@ from eagle3_quant.draft import DraftCheckpoint
 from eagle3_quant.errors import DraftFormatError, Eagle3QuantError
 from eagle3_quant.evidence import artifact_digests
 from eagle3_quant.layout import EMBEDDING_NAMES
+from eagle3_quant.manifest_check import read_checked_manifest
 from eagle3_quant.public_names import public_name
 
 FIDELITY_CHECKS = ("top1_agreement", "acceptance_ratio")
@@ -115,6 +116,7 @@ def validate_draft(out: str | Path, reference: str | Path | None = None, calib: 
         raise DraftFormatError(f"k must be >= 1, got {k}", field="k")
     out = Path(out).expanduser().resolve()
     art = read_artifact(out)
+    read_checked_manifest(out, DraftFormatError)     # a manifest present must be well-formed, its paths inside OUT
     validated_files = artifact_digests(out)
     ref = read_reference(Path(reference).expanduser() if reference is not None else None, out)
     cal = load_calibration(Path(calib).expanduser()) if calib is not None else None
