@@ -220,4 +220,4 @@ def _first_line(exc: BaseException) -> str:
 
 def _jsonable(value):
     """What the value reads as after a JSON round trip (tuples become lists)."""
-    return json.loads(json.dumps(value))
+    return json.loads(json.dumps(value, allow_nan=False))
