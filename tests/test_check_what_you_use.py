@@ -59,6 +59,37 @@ def test_shard_swapped_after_the_scan_is_refused(tmp_path, monkeypatch, in_place
     assert sorted(p.name for p in tmp_path.iterdir()) == ["other", "src"]
 
 
+def test_side_file_added_after_the_scan_is_refused(tmp_path, monkeypatch):
+    """It would be copied into OUT without being hashed into the manifest's inputs."""
+    src = write_synthetic_draft(tmp_path / "src", "tiny")
+    real_scan = quantize_api.scan_source
+
+    def scan_then_add(draft):
+        digests = real_scan(draft)
+        (src / "tokenizer.json").write_text("{}\n")
+        return digests
+
+    monkeypatch.setattr(quantize_api, "scan_source", scan_then_add)
+    with pytest.raises(CheckpointFileError, match="changed while it was being quantized") as info:
+        quantize_draft(src, tmp_path / "out", device="cpu")
+    assert info.value.path == str(src / "tokenizer.json")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["src"]
+
+
+def test_calibration_writer_refuses_non_finite_states(tmp_path):
+    import torch
+    from eagle3_quant.calib.format import CalibrationInfo, CalibrationSample, CalibrationWriter
+
+    from eagle3_quant.errors import DraftFormatError
+
+    writer = CalibrationWriter(tmp_path / "cal", CalibrationInfo("org/t", (1, 2, 3), 4))
+    states = torch.zeros(5, 12)
+    states[2, 3] = float("inf")
+    ids = torch.arange(5)
+    with pytest.raises(DraftFormatError, match=r"sample 0: field 'aux_hidden_states'.*1 NaN/Inf"):
+        writer.add(CalibrationSample(ids, states, ids))
+
+
 def test_manifest_inputs_are_the_bytes_used(tmp_path):
     src = write_synthetic_draft(tmp_path / "src", "tiny", shards=2)
     result = quantize_draft(src, tmp_path / "out", device="cpu")
