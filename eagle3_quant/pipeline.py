@@ -147,12 +147,12 @@ def run_quantize(spec: PipelineSpec) -> str:
 
 def run_validate(spec: PipelineSpec) -> str:
     from eagle3_quant.evidence import manifest_digests
-    from eagle3_quant.export.manifest import Manifest
     from eagle3_quant.export.validation_report import read_validation
+    from eagle3_quant.manifest_check import read_checked_manifest
 
     if not spec.validate.enabled:
         raise _Skip("disabled", "validate.enabled is false")
-    report = read_validation(spec.out, manifest_digests(Manifest.read(spec.out).data))   # foreign: validate again
+    report = read_validation(spec.out, manifest_digests(read_checked_manifest(spec.out) or {}))   # foreign: again
     manifest_time = (spec.out / "eagle3_quant.json").stat().st_mtime
     if report.state in ("passed", "failed") and report.path.stat().st_mtime >= manifest_time:
         if report.state == "failed":
