@@ -132,6 +132,7 @@ def _quantize(src: str | Path, out: str | Path, revision: str | None, *, scheme:
     timer = StageTimer()
     with timer.stage("read headers"):
         draft = read_draft(src, revision)
+        scanned_identities = identities((origin or draft.source).path, draft)   # before any tensor is read
         out = check_output_target(Path(out), draft.path, force)
         plan = make_plan(draft, chosen, exclude, quantize_fc)
         in_memory = chosen.needs_calibration or auto_exclude is not None   # the whole draft held at once
@@ -140,7 +141,6 @@ def _quantize(src: str | Path, out: str | Path, revision: str | None, *, scheme:
     quark_import = import_quark_in_background(verbose)   # overlaps the source scan below
     source = origin or draft.source
     with timer.stage("scan source (sha256 + NaN/Inf)"):
-        scanned_identities = identities(source.path, draft)
         inputs = scan_source(draft)
         if origin is not None:      # converted from pickle: the manifest lists the files the user gave
             inputs = digest_folder(source.path)
