@@ -181,6 +181,9 @@ VERB_CASES: tuple[VerbCase, ...] = (
              lambda r: ["sensitivity", str(tiny(r)), "--calib", str(truncated_shard(calib_set(r))),
                         "--device", "cpu"],
              ("shard-00000.safetensors", "cannot read this calibration shard")),
+    VerbCase("sensitivity-nan-weight",
+             lambda r: ["sensitivity", str(poked_tiny(r)), "--calib", str(calib_set(r)), "--device", "cpu"],
+             (SINGLE, "tensor 'fc.weight'", "NaN/Inf")),
     VerbCase("sensitivity-index-shards-not-a-list",
              lambda r: ["sensitivity", str(tiny(r)), "--calib",
                         str(edit_calib_index(calib_set(r), lambda i: i.update(shards={"file": "x"}))),
@@ -224,6 +227,12 @@ def unbound_report(root: Path) -> Path:
     out = quantized(root)
     (out / "validation.json").write_text(json.dumps({"report_version": 1, "passed": True, "checks": []}))
     return out
+
+
+def poked_tiny(root: Path) -> Path:
+    src = tiny(root)
+    poke(src / SINGLE, "fc.weight", (1, 2), float("nan"))
+    return src
 
 
 def calib_draft(root: Path) -> Path:
