@@ -33,10 +33,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
+from eagle3_quant.calib.index_check import check_finite_states, check_shards, shard_path
 from safetensors import safe_open
 from safetensors.torch import save_file
 
 from eagle3_quant.errors import DraftFormatError
+from eagle3_quant.reading.limits import read_limited_text, refuse_constant
 
 CALIB_FORMAT = "eagle3-quant-calibration"
 CALIB_VERSION = 1
@@ -87,6 +89,7 @@ class CalibrationSample:
             problems.append(f"generated_from {self.generated_from} outside 1..{t}")
         if problems:
             raise DraftFormatError("; ".join(problems), path=where)
+        check_finite_states(self.aux_hidden_states, where)
 
 
 @dataclass(frozen=True)
@@ -105,19 +108,29 @@ class CalibrationSet:
         return sum(s["tokens"] for s in self.shards)
 
     def samples(self) -> Iterator[CalibrationSample]:
+        """Each sample as stored; a shard that cannot be read or a non-finite state raises DraftFormatError."""
         for shard in self.shards:
-            with safe_open(str(self.path / shard["file"]), framework="pt") as fh:
-                for i, generated_from in zip(shard["samples"], shard["generated_from"], strict=True):
-                    yield CalibrationSample(fh.get_tensor(f"input_ids.{i}"), fh.get_tensor(f"aux_hidden_states.{i}"),
-                                            fh.get_tensor(f"target_next_ids.{i}"), generated_from)
+            file = shard_path(self.path, shard["file"], self.path / INDEX_NAME)
+            try:
+                fh = safe_open(str(file), framework="pt")
+            except Exception as exc:   # safetensors' own error types: truncated, malformed header, missing
+                raise DraftFormatError(f"cannot read this calibration shard: {_first_line(exc)}", path=file) from exc
+            for i, generated_from in zip(shard["samples"], shard["generated_from"], strict=True):
+                try:
+                    sample = CalibrationSample(fh.get_tensor(f"input_ids.{i}"), fh.get_tensor(f"aux_hidden_states.{i}"),
+                                               fh.get_tensor(f"target_next_ids.{i}"), generated_from)
+                except Exception as exc:
+                    raise DraftFormatError(f"cannot read sample {i}: {_first_line(exc)}", path=file) from exc
+                check_finite_states(sample.aux_hidden_states, f"{file} sample {i}")
+                yield sample
 
 
 def load_calibration(path: str | Path, *, allow_partial: bool = False) -> CalibrationSet:
     path = Path(path)
     index_path = path / INDEX_NAME
     try:
-        index = json.loads(index_path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+        index = json.loads(read_limited_text(index_path), parse_constant=refuse_constant)
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise DraftFormatError(f"not a calibration set ({exc})", path=index_path) from exc
     if not isinstance(index, dict) or index.get("format") != CALIB_FORMAT or index.get("version") != CALIB_VERSION:
         raise DraftFormatError(f"expected format {CALIB_FORMAT!r} version {CALIB_VERSION}", path=index_path,
@@ -125,7 +138,8 @@ def load_calibration(path: str | Path, *, allow_partial: bool = False) -> Calibr
     try:
         info = dict(index["info"])
         info["aux_layer_ids"] = tuple(info["aux_layer_ids"])
-        calib = CalibrationSet(path, CalibrationInfo(**info), tuple(index["shards"]), bool(index.get("complete", True)))
+        calib = CalibrationSet(path, CalibrationInfo(**info), check_shards(path, index["shards"], index_path),
+                               bool(index.get("complete", True)))
     except (KeyError, TypeError) as exc:
         raise DraftFormatError(f"malformed index ({exc!r})", path=index_path) from exc
     if not calib.complete and not allow_partial:
@@ -151,6 +165,7 @@ class CalibrationWriter:
         self._pending_bytes = 0
 
     def add(self, sample: CalibrationSample) -> None:
+        check_finite_states(sample.aux_hidden_states, f"{self.path} sample {self.count}")
         self._pending.append((self.count, sample))
         self._pending_bytes += sum(t.numel() * t.element_size() for t in
                                    (sample.input_ids, sample.aux_hidden_states, sample.target_next_ids))
@@ -194,10 +209,15 @@ class CalibrationWriter:
         index = {"format": CALIB_FORMAT, "version": CALIB_VERSION, "info": asdict(self.info),
                  "shards": self.shards, "complete": complete}
         tmp = self.path / (INDEX_NAME + ".tmp")
-        tmp.write_text(json.dumps(index, indent=2) + "\n")
+        tmp.write_text(json.dumps(index, indent=2, allow_nan=False) + "\n")
         tmp.replace(self.path / INDEX_NAME)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _jsonable(value):
     """What the value reads as after a JSON round trip (tuples become lists)."""
-    return json.loads(json.dumps(value))
+    return json.loads(json.dumps(value, allow_nan=False))

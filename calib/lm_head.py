@@ -49,7 +49,11 @@ def load_lm_head(target: str) -> torch.Tensor:
     for suffix in ("lm_head.weight", "embed_tokens.weight"):
         found = sorted((n for n in names if n.endswith(suffix)), key=len)
         if found:
-            file = folder / names[found[0]]
+            shard = names[found[0]]
+            if not isinstance(shard, str) or Path(shard).is_absolute() or ".." in Path(shard).parts:
+                raise CheckpointFileError(f"the shard index places {found[0]} in {shard!r}, outside the target "
+                                          "folder", path=folder, field="weight_map")
+            file = folder / shard
             if not file.exists():
                 from huggingface_hub import hf_hub_download
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from eagle3_quant.errors import SourceNotFoundError, TargetMismatchError
 from eagle3_quant.reading.config import DraftConfig
-from eagle3_quant.reading.source import REPO_ID
+from eagle3_quant.reading.repo_ids import repo_id_problem
 
 DTYPE_NAMES = ("bfloat16", "float16", "float32")
 
@@ -26,8 +26,9 @@ def target_name(target: str | Path) -> str:
     path = Path(target).expanduser()
     if path.exists():
         return str(path.resolve())
-    if not REPO_ID.match(str(target)):
-        raise SourceNotFoundError("no such folder, and not a Hub repo id (ORG/NAME)", path=str(target))
+    problem = repo_id_problem(str(target))
+    if problem:     # refused before any request
+        raise SourceNotFoundError(f"no such folder, and {problem}", path=str(target))
     return str(target)
 
 

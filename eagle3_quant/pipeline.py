@@ -79,19 +79,21 @@ def _existing_output_problem(spec: PipelineSpec) -> str | None:
     """None when OUT holds a draft quantized from this source with this plan and unchanged files."""
     from eagle3_quant.plan import make_plan
     from eagle3_quant.reading.draft import read_draft
+    from eagle3_quant.records.public_names import recorded_source_path
     from eagle3_quant.schemes import get_scheme
 
     manifest = Manifest.read(spec.out)
     source = manifest.source
+    local = recorded_source_path(spec.out) or Path(source.path)   # the manifest names only the folder
     if manifest.scheme.name != spec.scheme:
         return f"scheme was {manifest.scheme.name}"
     same_source = (source.repo_id == spec.source if _is_hub_id(spec.source)
-                   else Path(source.path).resolve() == Path(spec.source).resolve())
+                   else local.resolve() == Path(spec.source).resolve())
     if not same_source or (spec.revision and source.revision != spec.revision):
         return f"made from {manifest.source_name}"
-    if not Path(source.path).is_dir():
+    if not local.is_dir():
         return "its source folder is gone"
-    plan = make_plan(read_draft(source.path), get_scheme(spec.scheme), spec.quantize.exclude or None,
+    plan = make_plan(read_draft(local), get_scheme(spec.scheme), spec.quantize.exclude or None,
                      spec.quantize.quantize_fc)
     recorded = {d.module: d.quantized for d in manifest.layers}
     threshold = (manifest.sensitivity or {}).get("threshold")
@@ -121,11 +123,12 @@ def run_quantize(spec: PipelineSpec) -> str:
 
 
 def run_validate(spec: PipelineSpec) -> str:
+    from eagle3_quant.records.evidence import manifest_digests
     from eagle3_quant.records.validation_report import read_validation
 
     if not spec.validate.enabled:
         raise _Skip("disabled", "validate.enabled is false")
-    report = read_validation(spec.out)
+    report = read_validation(spec.out, manifest_digests(Manifest.read(spec.out)))   # foreign: validate again
     manifest_time = (spec.out / MANIFEST_NAME).stat().st_mtime
     if report.state in ("passed", "failed") and report.path.stat().st_mtime >= manifest_time:
         if report.state == "failed":

@@ -17,7 +17,8 @@ from eagle3_quant.calib.options import CalibrationOptions
 from eagle3_quant.errors import Eagle3QuantError, PipelineSpecError
 from eagle3_quant.export.options import PushOptions
 from eagle3_quant.quantize.options import QuantizeOptions
-from eagle3_quant.reading.source import REPO_ID
+from eagle3_quant.reading.limits import MAX_YAML_BYTES, load_yaml_text, read_limited_text
+from eagle3_quant.reading.repo_ids import repo_id_problem
 from eagle3_quant.schemes import DEFAULT_SCHEME, SCHEMES
 from eagle3_quant.validate.options import ValidateOptions
 
@@ -157,8 +158,14 @@ def _check(spec: PipelineSpec, file: str | None) -> PipelineSpec:
         if not spec.push.repo_id:
             raise PipelineSpecError("required when push is enabled (or set push.enabled: false)", path=file,
                                     field="push.repo_id")
-        if not REPO_ID.match(spec.push.repo_id):
-            raise PipelineSpecError(f"{spec.push.repo_id!r} is not ORG/NAME", path=file, field="push.repo_id")
+        problem = repo_id_problem(spec.push.repo_id)
+        if problem:
+            raise PipelineSpecError(f"{spec.push.repo_id!r} is {problem}", path=file, field="push.repo_id")
+    for name in ("source", "target"):
+        value = getattr(spec, name)
+        if value is not None and not Path(value).expanduser().exists() and repo_id_problem(value):
+            raise PipelineSpecError(f"{value!r} is no such folder, and {repo_id_problem(value)}", path=file,
+                                    field=name)
     for section, build in (("calibrate", calibrate_options), ("quantize", quantize_options),
                            ("validate", validate_options), ("push", push_options)):
         try:       # every stage's options are checked before the first stage runs
@@ -191,12 +198,13 @@ def push_options(spec: PipelineSpec, **runtime: Any) -> PushOptions:
 
 def parse_override(text: str) -> tuple[list[str], Any]:
     """`push.repo_id=org/x` -> (["push", "repo_id"], "org/x"); the value is read as a YAML scalar."""
-    import yaml
-
     key, sep, value = text.partition("=")
-    if not sep or not key.strip():
-        raise PipelineSpecError(f"override {text!r} is not KEY=VALUE (for example push.dry_run=true)")
-    return key.strip().split("."), yaml.safe_load(value) if value.strip() else None
+    keys = key.strip().split(".")
+    if not sep or not all(keys):
+        raise PipelineSpecError(f"override {text!r} is not KEY=VALUE (for example push.dry_run=true)", field="--set")
+    if not value.strip():
+        return keys, None
+    return keys, load_yaml_text(value, f"--set {key.strip()}", PipelineSpecError, kind="value")
 
 
 def apply_overrides(raw: dict, overrides: list[str]) -> dict:
@@ -213,14 +221,12 @@ def apply_overrides(raw: dict, overrides: list[str]) -> dict:
 
 
 def load_pipeline(path: str | Path, overrides: list[str] | None = None) -> PipelineSpec:
-    import yaml
-
     path = Path(path)
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = load_yaml_text(read_limited_text(path, MAX_YAML_BYTES, PipelineSpecError), path, PipelineSpecError)
     except FileNotFoundError:
         raise PipelineSpecError("no such pipeline file", path=path) from None
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+    except (OSError, UnicodeDecodeError) as exc:
         raise PipelineSpecError(f"not a readable YAML file ({exc})", path=path) from None
     raw = {} if raw is None else raw
     if isinstance(raw, dict):

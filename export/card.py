@@ -15,8 +15,11 @@ from typing import Any
 
 from eagle3_quant.export.card_estimate import estimate_rows, vocab_text
 
+from eagle3_quant.errors import PublishError
 from eagle3_quant.reading.source_card import repo_id_from_cache_path, source_card_info
+from eagle3_quant.records.evidence import manifest_digests
 from eagle3_quant.records.manifest import LayerRecord, Manifest, SourceRecord
+from eagle3_quant.records.public_names import public_name
 from eagle3_quant.records.validation_report import ValidationSummary, read_validation
 from eagle3_quant.schemes import SCHEMES
 
@@ -90,7 +93,7 @@ def _headline(validation: ValidationSummary) -> str:
 
 def _reproduce(source: SourceRecord, scheme: str, layers: list[LayerRecord], repo_id: str,
                pruned_to: int | None = None) -> list[str]:
-    src = source.repo_id or source.path or "SRC"
+    src = source.repo_id or public_name(source.path) or "SRC"
     revision = f" --revision {source.commit}" if source.repo_id and source.commit else ""
     flags = [f" --exclude {d.module}" for d in layers if not d.quantized and d.role not in DEFAULT_ROLES_KEPT]
     if any(d.quantized and d.role == "fc" for d in layers):
@@ -127,14 +130,15 @@ def build_card(out: str | Path, repo_id: str | None = None, *, target: str | Non
     from huggingface_hub import ModelCard, ModelCardData
 
     out = Path(out)
-    manifest = Manifest.read(out)
-    validation = validation or read_validation(out)
+    manifest = Manifest.read(out, PublishError)
+    validation = validation or read_validation(out, manifest_digests(manifest))
     source, scheme = manifest.source, manifest.scheme
+    local_name = public_name(source.path)        # older manifests recorded an absolute path
     repo_id = repo_id or f"ORG/{out.resolve().name}"
-    base_model = base_model or source.repo_id or repo_id_from_cache_path(source.path)
-    target = target or validation.target or _config_verifier(out)
+    base_model = base_model or source.repo_id or source.hub_id or repo_id_from_cache_path(source.path)
+    target = public_name(target or validation.target or _config_verifier(out))
     license_info = source.card
-    if license_info is None and source.path and Path(source.path).is_dir():
+    if license_info is None and source.path and Path(source.path).is_absolute() and Path(source.path).is_dir():
         license_info = source_card_info(source.path)  # manifests written before licenses were recorded
     card_data = ModelCardData(
         base_model=base_model, library_name=LIBRARY_NAME,
@@ -146,12 +150,12 @@ def build_card(out: str | Path, repo_id: str | None = None, *, target: str | Non
     versions = manifest.versions
     source_text = (f"[{source.repo_id}](https://huggingface.co/{source.repo_id}) at commit "
                    f"`{source.commit or source.revision or 'main'}`" if source.repo_id
-                   else f"local folder `{source.path}`" + (f" (Hub: `{base_model}`)" if base_model else ""))
+                   else f"local folder `{local_name}`" + (f" (Hub: `{base_model}`)" if base_model else ""))
     card = ModelCard.from_template(
         card_data, template_path=str(TEMPLATE_PATH),
         title=repo_id.split("/")[-1], repo_id=repo_id, source=source, scheme=scheme,
         scheme_summary=SCHEMES[scheme.name].summary if scheme.name in SCHEMES else "",
-        source_link=f"[{base_model}](https://huggingface.co/{base_model})" if base_model else f"`{source.path}`",
+        source_link=f"[{base_model}](https://huggingface.co/{base_model})" if base_model else f"`{local_name}`",
         source_text=source_text, target_text=f"`{target}`" if target else "its target model (not recorded)",
         target_cli=target or "TARGET_MODEL", versions={k: versions.get(k, "?") for k in (
             "eagle3-quant", "amd-quark", "torch", "transformers", "safetensors", "huggingface_hub")} | versions,

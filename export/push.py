@@ -15,7 +15,8 @@ from eagle3_quant.export.push_files import PushFile, files_to_send, same_as_remo
 from eagle3_quant import __version__
 from eagle3_quant.errors import HubError, NotValidatedError, PublishError
 from eagle3_quant.options import build_options
-from eagle3_quant.reading.source import REPO_ID
+from eagle3_quant.reading.repo_ids import repo_id_problem
+from eagle3_quant.records.evidence import manifest_digests
 from eagle3_quant.records.manifest import Manifest
 from eagle3_quant.records.validation_report import read_validation
 
@@ -57,8 +58,9 @@ def default_commit_message(manifest: Manifest) -> str:
 
 
 def _check_arguments(repo_id: str, revision: str | None, create_pr: bool) -> None:
-    if not REPO_ID.match(repo_id):
-        raise PublishError(f"{repo_id!r} is not a Hub repo id", field="repo_id", hint="use ORG/NAME")
+    problem = repo_id_problem(repo_id)
+    if problem:
+        raise PublishError(f"{repo_id!r} is {problem}", field="repo_id", hint="use ORG/NAME")
     if create_pr and revision not in (None, DEFAULT_BRANCH):
         raise PublishError("a pull request is always opened against main; do not combine it with a revision",
                            field="revision")
@@ -104,8 +106,11 @@ def push_draft(out: str | Path, repo_id: str, options: PushOptions | None = None
     revision, create_pr, tag, dry_run = opts.revision, opts.create_pr, opts.tag, opts.dry_run
     out = Path(out)
     _check_arguments(repo_id, revision, create_pr)
-    manifest = Manifest.read(out)
-    validation = read_validation(out)
+    manifest = Manifest.read(out, PublishError)
+    validation = read_validation(out, manifest_digests(manifest))
+    if validation.state == "foreign":     # never published, not even with --allow-unvalidated
+        raise NotValidatedError(f"refusing to publish: {validation.problem}", path=validation.path,
+                                hint="run `eagle3-quant validate OUT` on this folder")
     if not validation.passed and not opts.allow_unvalidated:
         raise NotValidatedError(f"refusing to publish: {validation.problem}", path=validation.path,
                                 hint="run `eagle3-quant validate OUT` first, or pass --allow-unvalidated: "

@@ -10,6 +10,7 @@ from eagle3_quant.export.card import CARD_NAME
 
 from eagle3_quant.errors import PublishError
 from eagle3_quant.records.manifest import MANIFEST_NAME, Manifest
+from eagle3_quant.records.manifest_check import output_path
 from eagle3_quant.records.validation_report import REPORT_NAME
 from eagle3_quant.speedup import ESTIMATE_NAME
 from eagle3_quant.util.hashing import CHUNK, sha256_file
@@ -52,7 +53,7 @@ def files_to_send(out: Path, manifest: Manifest) -> list[PushFile]:
                            hint="quantize again; a changed artifact is never published")
     files = [PushFile(rel, entry.size, entry.sha256, "artifact") for rel, entry in listed.items() if rel != CARD_NAME]
     for name, kind in ADDED_FILES.items():
-        if name != CARD_NAME and (out / name).is_file():
+        if name != CARD_NAME and (out / name).is_file() and output_path(out, name, out / MANIFEST_NAME):
             files.append(PushFile(name, (out / name).stat().st_size, sha256_file(out / name), kind))
     return files
 

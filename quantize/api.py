@@ -13,6 +13,7 @@ from eagle3_quant.quantize.finite_scan import scan_source
 from eagle3_quant.quantize.options import QuantizeOptions
 from eagle3_quant.quantize.quark_import import import_quark_in_background
 from eagle3_quant.quantize.side_files import copy_side_files
+from eagle3_quant.quantize.source_guard import check_source_unchanged, identities
 from eagle3_quant.quantize.verify_export import verify_export
 
 from eagle3_quant.engines.loader_compat import LoaderCheck, check_loader_compat, loader_family
@@ -23,7 +24,7 @@ from eagle3_quant.plan import QuantPlan, make_plan
 from eagle3_quant.reading.draft import read_draft
 from eagle3_quant.reading.pickle_source import pickle_converted, pickle_only
 from eagle3_quant.reading.source import DraftSource, resolve_source
-from eagle3_quant.reading.source_card import source_card_info
+from eagle3_quant.reading.source_card import repo_id_from_cache_path, source_card_info
 from eagle3_quant.records.manifest import (
     MANIFEST_NAME,
     ExcludeRecord,
@@ -33,9 +34,10 @@ from eagle3_quant.records.manifest import (
     SourceRecord,
     write_manifest,
 )
+from eagle3_quant.records.public_names import public_name, write_local_record
 from eagle3_quant.schemes import get_scheme
 from eagle3_quant.util.hashing import FileDigest, digest_folder
-from eagle3_quant.util.outdir import check_output_target, staged_output
+from eagle3_quant.util.outdir import check_output_target, claimed_output, staged_output
 from eagle3_quant.util.stage_timer import StageTimer
 
 
@@ -83,14 +85,15 @@ def quantize_draft(src: str | Path, out: str | Path, options: QuantizeOptions | 
     lm_head (``eagle3_quant/lm_head_support.py``).
     """
     opts = build_options(QuantizeOptions, options, overrides)
-    if opts.quantize_lm_head or opts.draft_vocab is not None:
-        return _quantize_pruned(src, out, opts)
-    if opts.allow_pickle:
-        source = resolve_source(src, opts.revision, include_pickle=True)
-        if pickle_only(source.path):
-            with pickle_converted(source.path, Path(out), opts.force) as converted:
-                return _quantize(converted, out, replace(opts, revision=None), origin=source)
-    return _quantize(src, out, opts)
+    with claimed_output(Path(out), opts.force, Path(src)):   # one writer per OUT, from the first check to the rename
+        if opts.quantize_lm_head or opts.draft_vocab is not None:
+            return _quantize_pruned(src, out, opts)
+        if opts.allow_pickle:
+            source = resolve_source(src, opts.revision, include_pickle=True)
+            if pickle_only(source.path):
+                with pickle_converted(source.path, Path(out), opts.force) as converted:
+                    return _quantize(converted, out, replace(opts, revision=None), origin=source)
+        return _quantize(src, out, opts)
 
 
 def _quantize_pruned(src: str | Path, out: str | Path, opts: QuantizeOptions) -> QuantizeResult:
@@ -125,6 +128,7 @@ def _quantize(src: str | Path, out: str | Path, opts: QuantizeOptions, origin: D
     timer = StageTimer()
     with timer.stage("read headers"):
         draft = read_draft(src, opts.revision)
+        scanned_identities = identities((origin or draft.source).path, draft)   # before any tensor is read
         out = check_output_target(Path(out), draft.path, opts.force)
         plan = make_plan(draft, chosen, exclude, quantize_fc)
         in_memory = chosen.needs_calibration or auto_exclude is not None   # the whole draft held at once
@@ -167,6 +171,8 @@ def _quantize(src: str | Path, out: str | Path, opts: QuantizeOptions, origin: D
             copy_side_files(draft.path, staging)
         with timer.stage("verify + sha256 outputs"):
             verified = verify_export(draft, staging, plan)   # after the last write: its digests go in the manifest
+        with timer.stage("re-check source (sha256)"):   # after the last read of it: what was used was scanned
+            check_source_unchanged(source.path, inputs, scanned_identities, draft)
         loader = check_loader_compat(config["quantization_config"], plan.intended(), **loader_family(draft.config))
         if not loader.ok:
             raise LoaderCompatError("vLLM would not load this as intended: " + "; ".join(loader.problems[:3]),
@@ -175,6 +181,7 @@ def _quantize(src: str | Path, out: str | Path, opts: QuantizeOptions, origin: D
             body = _manifest(draft, source, origin, plan, config, device, calibration, sensitivity, vocab_pruning,
                              inputs)
             manifest = write_manifest(staging, body, verified.files)
+            write_local_record(staging, source.path)   # hidden, never published: validate's default reference
     return QuantizeResult(out, manifest, plan, loader, time.perf_counter() - started, timer.seconds)
 
 
@@ -183,7 +190,8 @@ def _manifest(draft, source: DraftSource, origin: DraftSource | None, plan: Quan
               inputs: list[FileDigest]) -> Manifest:
     scheme = plan.scheme
     return Manifest(
-        source=SourceRecord(path=str(source.path), format=draft.format.value, architecture=draft.config.architecture,
+        source=SourceRecord(path=public_name(source.path), format=draft.format.value,
+                            architecture=draft.config.architecture, hub_id=repo_id_from_cache_path(source.path),
                             repo_id=source.repo_id, revision=source.revision, commit=source.commit,
                             pickle_converted=origin is not None and vocab_pruning is None,
                             card=source_card_info(source.path)),

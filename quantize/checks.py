@@ -23,7 +23,8 @@ def check_finite(draft: DraftCheckpoint) -> None:
 
 
 def check_vocab_map(draft: DraftCheckpoint) -> None:
-    """Every draft id must map into the target vocab: target id = draft id + d2t[draft id] in [0, vocab)."""
+    """Every draft id must map into the target vocab, target id = draft id + d2t[draft id] in [0, vocab), and no
+    two draft ids to the same target id."""
     info = draft.checkpoint.tensors.get("d2t")
     if info is None:
         return
@@ -37,6 +38,15 @@ def check_vocab_map(draft: DraftCheckpoint) -> None:
         raise DraftFormatError(f"draft id {first} maps to target id {first + int(d2t[first])}, expected one in "
                                f"[0, {vocab}) (the target vocab); {bad.numel()} id(s) out of range",
                                path=info.file, tensor="d2t")
+    targets = ids + d2t
+    ordered, order = torch.sort(targets, stable=True)
+    repeated = (ordered[1:] == ordered[:-1]).nonzero().flatten()
+    if repeated.numel():
+        i = int(repeated[0])
+        first, second = sorted((int(order[i]), int(order[i + 1])))
+        raise DraftFormatError(f"draft ids {first} and {second} both map to target id {int(ordered[i])}; "
+                               f"{repeated.numel()} duplicate target id(s): each target id must come from one draft "
+                               "id", path=info.file, tensor="d2t")
 
 
 def peak_memory_bytes(draft: DraftCheckpoint, quantized_weights: set[str], per_shard: bool) -> tuple[int, str]:

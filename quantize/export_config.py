@@ -31,5 +31,5 @@ def rewrite_config(config_path: Path, source_config: Mapping[str, Any], plan: Qu
                                     field=key)
     ordered = {k: config[k] for k in source_config if k in config}
     ordered.update({k: v for k, v in config.items() if k not in ordered})
-    config_path.write_text(json.dumps(ordered, indent=2) + "\n")
+    config_path.write_text(json.dumps(ordered, indent=2, allow_nan=False) + "\n")
     return ordered

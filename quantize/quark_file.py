@@ -61,7 +61,7 @@ def sort_index(out: Path) -> None:
     if path.exists():
         index = json.loads(path.read_text())
         index["weight_map"] = dict(sorted(index["weight_map"].items()))
-        path.write_text(json.dumps(index, indent=4) + "\n")
+        path.write_text(json.dumps(index, indent=4, allow_nan=False) + "\n")
 
 
 def run_file_to_file(draft: DraftCheckpoint, plan: QuantPlan, out: Path, device: str, verbose: bool = False) -> None:

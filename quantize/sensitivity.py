@@ -29,6 +29,8 @@ from eagle3_quant.quantize.calibration import (
     calibration_embedding,
     check_calibration,
 )
+from eagle3_quant.quantize.checks import check_vocab_map
+from eagle3_quant.quantize.finite_scan import scan_source
 from eagle3_quant.quantize.options import SensitivityOptions
 
 from eagle3_quant.errors import SchemeError
@@ -171,6 +173,8 @@ def measure_sensitivity(src: str | Path, calib: str | Path, options: Sensitivity
     draft = read_draft(src, opts.revision)
     calibration = load_calibration(calib)
     check_calibration(draft, calibration)
+    check_vocab_map(draft)
+    scan_source(draft)          # NaN/Inf weights would give a table of NaN: refused as quantize refuses them
     all_groups = linear_groups(draft)
     wanted = list(groups) if groups is not None else list(all_groups)
     unknown = [g for g in wanted if g not in all_groups]

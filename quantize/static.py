@@ -46,7 +46,7 @@ def _restore_config(out: Path, source_config: dict) -> None:
     written = json.loads((out / "config.json").read_text())
     config = {k: v for k, v in source_config.items() if k != "quantization_config"}
     config["quantization_config"] = written["quantization_config"]
-    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    (out / "config.json").write_text(json.dumps(config, indent=2, allow_nan=False) + "\n")
 
 
 def _input_scales(out: Path) -> dict[str, float]:

@@ -79,7 +79,8 @@ def test_signals_during_quantize_leave_no_partial_out_and_rerun_completes(tmp_pa
     assert code == -signal.SIGKILL
     leftovers = sorted(p.name for p in (tmp_path / "sigkill").iterdir())
     pid = runs["sigkill"][0].pid
-    assert leftovers == [f".out.partial-{pid}", f".out.partial-input-{pid}"]   # hidden; OUT never appeared
+    # hidden; OUT never appeared; the writer lock file stays too (unlocked: the kernel dropped the lock)
+    assert leftovers == [".out.lock", f".out.partial-{pid}", f".out.partial-input-{pid}"]
     assert tree_state(src) == source_before
 
     for name in ("sigkill", "sigint"):   # re-running completes; a SIGKILLed run's leftovers go as stale

@@ -10,7 +10,7 @@ import pytest
 import torch
 import yaml
 from eagle3_quant.calib.format import CalibrationInfo, CalibrationSample, CalibrationWriter
-from hub_server.fixtures import PASSED_REPORT
+from hub_server.fixtures import PASSED_REPORT, bound
 
 from eagle3_quant.cli import main
 from eagle3_quant.errors import PipelineSpecError
@@ -103,7 +103,7 @@ def test_pipeline_runs_resumes_and_pushes(make_draft, tmp_path, hub, capsys):
 
     # a passing validation report appears (as `eagle3-quant validate` writes it): validate is skipped, the card
     # changes, and only the card and the report are uploaded; quantize is skipped (outputs match the manifest)
-    (first.spec.out / "validation.json").write_text(json.dumps(PASSED_REPORT))
+    (first.spec.out / "validation.json").write_text(json.dumps(bound(PASSED_REPORT, first.spec.out)))
     second = run_pipeline(path)
     status = {s.name: s for s in second.stages}
     assert status["quantize"].status == "skipped" and "matches its manifest" in status["quantize"].detail

@@ -39,7 +39,7 @@ def test_push_then_download_is_byte_identical(make_out, hub, hub_client, tmp_pat
     result = push_draft(out, REPO, base_model=BASE)
     assert result.commit_oid and result.head == result.commit_oid
     assert result.repo_url == f"{hub.url}/{REPO}"
-    assert {f.path for f in result.uploaded} == {p.name for p in out.iterdir()}
+    assert {f.path for f in result.uploaded} == {p.name for p in out.iterdir() if p.name[0] != "."}
     assert hub_client.model_info(REPO).sha == result.commit_oid
 
     from huggingface_hub import snapshot_download
@@ -47,7 +47,7 @@ def test_push_then_download_is_byte_identical(make_out, hub, hub_client, tmp_pat
     local = snapshot_download(REPO, cache_dir=tmp_path / "dl", token=TOKEN)
     downloaded = {p.name: p.read_bytes() for p in Path(local).iterdir()}
     assert downloaded.pop(".gitattributes")
-    assert downloaded == {p.name: p.read_bytes() for p in out.iterdir()}
+    assert downloaded == {p.name: p.read_bytes() for p in out.iterdir() if p.name[0] != "."}
     lfs = [r for r in hub.requests if r.method == "PUT" and "lfs-objects" in r.path]
     assert len(lfs) == 1  # model.safetensors went through LFS, the JSON files as regular files
 
@@ -93,12 +93,12 @@ def test_allow_unvalidated_publishes_and_card_says_so(make_out, hub, hub_client)
 
 def test_dry_run_prints_files_sizes_and_card_and_sends_nothing(make_out, hub, capsys):
     out = make_out()
-    before = sorted(p.name for p in out.iterdir())
+    before = sorted(p.name for p in out.iterdir() if p.name[0] != ".")
     code, stdout, _ = run_cli("push", str(out), "--repo-id", REPO, "--dry-run", "--target", "example/target",
                               capsys=capsys)
     assert code == 0
     assert hub.requests == [] and hub.store.repos == {}
-    assert sorted(p.name for p in out.iterdir()) == before  # no README.md written either
+    assert sorted(p.name for p in out.iterdir() if p.name[0] != ".") == before  # no README.md written either
     result = push_draft(out, REPO, dry_run=True, target="example/target")
     for f in result.files:
         assert f.path in stdout and f.sha256[:16] in stdout

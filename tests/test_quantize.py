@@ -59,7 +59,7 @@ def test_manifest_hashes_every_file(quantized_tiny):
     assert manifest["scheme"]["name"] == "ptpc_fp8"
     assert manifest["source"]["format"] == "specforge"
     outputs = {o["path"]: o for o in manifest["outputs"]}
-    assert set(outputs) == {p.name for p in out.iterdir()} - {"eagle3_quant.json"}
+    assert set(outputs) == {p.name for p in out.iterdir() if p.name[0] != "."} - {"eagle3_quant.json"}
     for name, entry in outputs.items():
         assert entry["sha256"] == sha256_file(out / name) and entry["size"] == (out / name).stat().st_size
     assert {i["path"] for i in manifest["inputs"]} == {p.name for p in src.iterdir()}

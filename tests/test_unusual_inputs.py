@@ -17,6 +17,7 @@ from eagle3_quant.errors import ResourceError
 from eagle3_quant.inspection import inspect_draft
 from eagle3_quant.reading.formats import DraftFormat
 from eagle3_quant.reading.safetensors_header import read_header
+from eagle3_quant.records.public_names import LOCAL_RECORD, recorded_source_path
 from eagle3_quant.util import resources
 
 pytestmark = pytest.mark.slow
@@ -87,7 +88,8 @@ def test_pickle_weights_with_opt_in_give_the_same_artifact(tmp_path, shards):
         assert out[name].dtype == tensor.dtype and torch.equal(out[name].view(torch.uint8),
                                                                tensor.view(torch.uint8)), name
     assert result.manifest.source.pickle_converted is True
-    assert result.manifest.source.path == str(src.resolve())
+    assert result.manifest.source.path == src.name     # the folder's name: never a local path
+    assert recorded_source_path(result.output) == src.resolve()
     assert {i.path for i in result.manifest.inputs} >= {p.name for p in src.glob("*.bin")}
     assert not list(result.output.glob("*.bin"))
 
@@ -103,7 +105,7 @@ def test_quark_sees_only_checked_files(tmp_path):
     (src / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
     (src / "tokenizer.json").write_text("{}\n")
     out = quantize_draft(src, tmp_path / "out", device="cpu").output
-    assert sorted(p.name for p in out.iterdir()) == [
+    assert sorted(p.name for p in out.iterdir() if p.name != LOCAL_RECORD) == [
         "config.json", "eagle3_quant.json", "generation_config.json", SINGLE, "model.safetensors.index.json",
         "tokenizer.json"]
 

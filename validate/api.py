@@ -22,6 +22,9 @@ from eagle3_quant.errors import DraftFormatError, Eagle3QuantError
 from eagle3_quant.options import build_options
 from eagle3_quant.reading.draft import DraftCheckpoint
 from eagle3_quant.reading.layout import EMBEDDING_NAMES
+from eagle3_quant.records.evidence import artifact_digests
+from eagle3_quant.records.manifest import MANIFEST_NAME, Manifest
+from eagle3_quant.records.public_names import public_name
 
 FIDELITY_CHECKS = ("top1_agreement", "acceptance_ratio")
 
@@ -129,6 +132,9 @@ def validate_draft(out: str | Path, options: ValidateOptions | None = None, **ov
     vllm, sglang = opts.vllm, opts.sglang
     out = Path(out).expanduser().resolve()
     art = read_artifact(out)
+    if (out / MANIFEST_NAME).is_file():   # a manifest present must be well-formed, its paths inside OUT
+        Manifest.read(out, DraftFormatError)
+    validated_files = artifact_digests(out)
     ref = read_reference(reference, out)
     cal = load_calibration(calib) if calib is not None else None
     if cal is not None:
@@ -153,10 +159,10 @@ def validate_draft(out: str | Path, options: ValidateOptions | None = None, **ov
         checks.append(skipped("kernel_path", reason))
     checks.append(_vllm_load(out, cal, unreadable, vllm))
     checks.append(sglang_load_check(out) if sglang else skipped(SGLANG_CHECK, "turned off (--no-sglang)"))
-    calibration = None if cal is None else {"path": str(cal.path.resolve()), "samples": cal.num_samples,
-                                            "tokens": cal.num_tokens, "target": cal.info.target}
+    calibration = None if cal is None else {"path": public_name(cal.path.resolve()), "samples": cal.num_samples,
+                                            "tokens": cal.num_tokens, "target": public_name(cal.info.target)}
     result = ValidationReport(out, ref.path if ref is not None else None, calibration, gates, tuple(checks),
-                              metrics, tuple(layers), kernel_result)
+                              metrics, tuple(layers), kernel_result, artifact_files=validated_files)
     report_path = report if report is not None else out / REPORT_NAME
     result.write(report_path)
     return dataclasses.replace(result, report_path=report_path)

@@ -195,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.phase:
         result = probe(args.out, args.device or "cpu", args.phase)
-        args.json.write_text(json.dumps(result, indent=2))
+        args.json.write_text(json.dumps(result, indent=2, allow_nan=False))
         return 0
     if (args.out is None) == (args.synthetic is None):
         parser.error("give OUT or --synthetic SHAPE")
@@ -205,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         kernel = run_kernel_check(args.out, args.device)
     if args.json:
-        args.json.write_text(json.dumps(kernel, indent=2) + "\n")
+        args.json.write_text(json.dumps(kernel, indent=2, allow_nan=False) + "\n")
     for check in kernel_checks(kernel):
         print(f"{check.status:8} {check.name:18} {check.detail}")
     if kernel.get("kernels"):

@@ -17,6 +17,8 @@ from eagle3_quant.records.manifest import library_versions
 from eagle3_quant.records.validation_report import REPORT_NAME, REPORT_VERSION, write_report
 
 __all__ = ["REPORT_NAME", "REPORT_VERSION"]
+from eagle3_quant.records.public_names import public_name
+
 DEFAULT_K = 3                 # draft tokens per speculative step (vLLM num_speculative_tokens)
 Status = Literal["passed", "failed", "skipped"]
 
@@ -32,6 +34,11 @@ class Gates:
     min_acceptance_ratio: float = 0.99
     min_weight_sqnr_db: float = 25.0
 
+    def __post_init__(self) -> None:
+        for name, value in self.to_dict().items():
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+                raise OptionsError(f"gate {name} = {value!r} is not a finite number", field=name)
+
     def to_dict(self) -> dict:
         return {"min_top1_agreement": self.min_top1_agreement, "min_acceptance_ratio": self.min_acceptance_ratio,
                 "min_weight_sqnr_db": self.min_weight_sqnr_db}
@@ -46,7 +53,7 @@ class Gates:
         if unknown:
             raise OptionsError(f"unknown gate(s) {', '.join(unknown)}; valid gates: {', '.join(sorted(known))}",
                               field="gates")
-        return cls(**{k: float(v) for k, v in value.items()})
+        return cls(**dict(value))
 
 
 @dataclass(frozen=True)
@@ -92,6 +99,7 @@ class ValidationReport:
     layers: tuple[dict, ...]
     kernel: dict[str, Any]
     report_path: Path | None = None
+    artifact_files: dict[str, str] = field(default_factory=dict)   # path -> sha256 of what was validated
 
     @property
     def passed(self) -> bool:
@@ -112,8 +120,9 @@ class ValidationReport:
             "report_version": REPORT_VERSION,
             "passed": self.passed,
             "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
-            "artifact": str(self.artifact),
-            "reference": str(self.reference) if self.reference else None,
+            "artifact": public_name(self.artifact),
+            "artifact_files": dict(self.artifact_files),
+            "reference": public_name(self.reference),
             "calibration": self.calibration,
             "gates": self.gates.to_dict(),
             "checks": [c.to_dict() for c in self.checks],

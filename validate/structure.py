@@ -247,13 +247,17 @@ def structure_checks(art: Fp8Artifact, reference: DraftCheckpoint | None) -> lis
 def read_reference(reference: Path | None, out: Path) -> DraftCheckpoint | None:
     """The BF16 draft to compare with: the one given, else the manifest's local source if it still exists."""
     from eagle3_quant.reading.draft import read_draft
+    from eagle3_quant.records.public_names import recorded_source_path
 
     if reference is not None:
         return read_draft(reference)
-    try:
-        source = Manifest.read(out).source.path
-    except ManifestError:
-        return None
+    source = recorded_source_path(out)
+    if source is None:    # outputs written before the local record: an absolute path in the manifest
+        try:
+            source = Manifest.read(out).source.path
+        except ManifestError:
+            return None
+        source = source if Path(source).is_absolute() else None
     if source and Path(source).is_dir():
         try:
             return read_draft(source)

@@ -26,7 +26,7 @@ def inspect_command(
 
     report = inspect_draft(src, scheme, exclude, quantize_fc, revision)
     if as_json:
-        typer.echo(json.dumps(report.to_dict(), indent=2))
+        typer.echo(json.dumps(report.to_dict(), indent=2, allow_nan=False))
         return
     from eagle3_quant.cli.render import print_inspection
 

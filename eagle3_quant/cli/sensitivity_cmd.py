@@ -31,7 +31,7 @@ def sensitivity_command(
                 revision=revision)
     report = measure_sensitivity(src, calib, options)
     if as_json:
-        typer.echo(json.dumps(report.to_dict(), indent=2))
+        typer.echo(json.dumps(report.to_dict(), indent=2, allow_nan=False))
         return
     from eagle3_quant.cli.render import print_sensitivity
 

@@ -46,7 +46,7 @@ def validate_command(
                 kernel=kernel, vllm=vllm, sglang=sglang, max_samples=max_samples)
     result = validate_draft(out, options)
     if as_json:
-        typer.echo(json.dumps(json.loads(result.report_path.read_text()), indent=2))
+        typer.echo(json.dumps(json.loads(result.report_path.read_text()), indent=2, allow_nan=False))
     else:
         from eagle3_quant.cli.validate_render import print_validation
 

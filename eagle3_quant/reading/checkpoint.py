@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eagle3_quant.errors import CheckpointFileError, DraftFormatError, UnsupportedSourceError
+from eagle3_quant.reading.limits import read_limited_text, refuse_constant
 from eagle3_quant.reading.safetensors_header import SafetensorsHeader, TensorInfo, read_header
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth")
@@ -53,8 +54,8 @@ def read_checkpoint(root: Path) -> Checkpoint:
 
 def _read_indexed(root: Path, index_file: Path) -> Checkpoint:
     try:
-        index = json.loads(index_file.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        index = json.loads(read_limited_text(index_file, error=CheckpointFileError), parse_constant=refuse_constant)
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:   # ValueError: JSON, NaN/Infinity
         raise CheckpointFileError(f"shard index is not valid JSON ({exc})", path=index_file) from exc
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,6 +11,7 @@ from typing import Any
 from eagle3_quant.errors import DraftFormatError, UnsupportedSourceError
 from eagle3_quant.reading.families import DraftFamily, MlaDims, detect_family
 from eagle3_quant.reading.formats import DraftFormat
+from eagle3_quant.reading.limits import load_json_file
 
 MAX_DIM = 1 << 17        # hidden / intermediate sizes beyond this are not a draft
 MAX_VOCAB = 1 << 22
@@ -51,9 +52,9 @@ def load_config_file(path: Path) -> dict:
     if not path.is_file():
         raise DraftFormatError("config.json is missing", path=path.parent)
     try:
-        raw = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise DraftFormatError(f"not valid JSON ({exc})", path=path) from exc
+        raw = load_json_file(path)
+    except OSError as exc:
+        raise DraftFormatError(f"cannot read: {exc.strerror or exc}", path=path) from exc
     if not isinstance(raw, dict):
         raise DraftFormatError("not a JSON object", path=path)
     for key, expected, ok in _TOP_LEVEL_TYPES:
@@ -191,7 +192,7 @@ class _Reader:
         value = self.data.get(key, default)
         if value is None:
             return default
-        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-            raise DraftFormatError(f"{value!r} is not a positive number", path=self.path,
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+            raise DraftFormatError(f"{value!r} is not a positive number (finite)", path=self.path,
                                    field=self.prefix + key)
         return float(value)

@@ -81,7 +81,7 @@ def convert_pickle_draft(src: Path, dest: Path) -> list[str]:
     if index is not None:
         weight_map = {name: targets[file] for name, file in sorted(index.items())}
         (dest / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map},
-                                                                      indent=2) + "\n")
+                                                                      indent=2, allow_nan=False) + "\n")
     for path in sorted(src.iterdir()):
         if (path.is_file() and not path.name.startswith(".") and path.suffix not in PICKLE_SUFFIXES
                 and path.name != PICKLE_INDEX):

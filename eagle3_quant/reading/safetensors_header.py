@@ -25,7 +25,7 @@ DTYPE_SIZES: dict[str, int] = {
 }
 FLOAT_DTYPES = frozenset({"F16", "BF16", "F32", "F64"})
 FP8_DTYPES = frozenset({"F8_E4M3", "F8_E5M2", "F8_E4M3FNUZ", "F8_E5M2FNUZ"})
-MAX_HEADER_BYTES = 100 * 1024 * 1024
+MAX_HEADER_BYTES = 100_000_000     # the safetensors library's own limit (safetensors/src/tensor.rs MAX_HEADER_SIZE)
 
 
 @dataclass(frozen=True)
@@ -79,12 +79,18 @@ def read_header(path: Path) -> SafetensorsHeader:
         raise CheckpointFileError("named twice in the header", path=path, tensor=str(exc)) from None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CheckpointFileError(f"header is not valid JSON ({exc})", path=path) from exc
+    except RecursionError:
+        raise CheckpointFileError("header JSON is nested too deeply to be a safetensors header", path=path) from None
     if not isinstance(header, dict):
         raise CheckpointFileError("header is not a JSON object", path=path)
 
     metadata = header.pop("__metadata__", None) or {}
     if not isinstance(metadata, dict):
         raise CheckpointFileError("__metadata__ is not an object", path=path)
+    for key, value in metadata.items():
+        if not isinstance(value, str):
+            raise CheckpointFileError(f"__metadata__ value {value!r} is not a string (safetensors allows only "
+                                      "strings)", path=path, field=f"__metadata__.{key}")
     data_start = 8 + header_len
     data_size = file_size - data_start
     tensors = {name: _parse_entry(path, name, entry, data_size) for name, entry in header.items()}
@@ -98,11 +104,11 @@ def _parse_entry(path: Path, name: str, entry: object, data_size: int) -> Tensor
     dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
     if dtype not in DTYPE_SIZES:
         raise CheckpointFileError(f"unknown dtype {dtype!r}", path=path, tensor=name)
-    if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
+    if not isinstance(shape, list) or not all(_is_size(d) for d in shape):
         raise CheckpointFileError(f"shape {shape!r} is not a list of non-negative integers", path=path,
                                   tensor=name)
     if (not isinstance(offsets, list) or len(offsets) != 2
-            or not all(isinstance(o, int) and o >= 0 for o in offsets) or offsets[0] > offsets[1]):
+            or not all(_is_size(o) for o in offsets) or offsets[0] > offsets[1]):
         raise CheckpointFileError(f"data_offsets {offsets!r} are not [begin, end]", path=path, tensor=name)
     if offsets[1] > data_size:
         raise CheckpointFileError(
@@ -114,6 +120,10 @@ def _parse_entry(path: Path, name: str, entry: object, data_size: int) -> Tensor
             f"{dtype} {shape} needs {expected} bytes but data_offsets span {offsets[1] - offsets[0]}",
             path=path, tensor=name)
     return TensorInfo(name, dtype, tuple(shape), path, (offsets[0], offsets[1]))
+
+
+def _is_size(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 class _DuplicateKey(Exception):

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eagle3_quant.errors import SourceNotFoundError
+from eagle3_quant.reading.repo_ids import repo_id_problem
 
 REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 # What a draft folder needs; pickles are left behind on purpose.
@@ -40,8 +41,9 @@ def resolve_source(src: str | Path, revision: str | None = None, include_pickle:
             raise SourceNotFoundError("is a file; give the draft's folder", path=path)
         return DraftSource(path=path.resolve())
     text = str(src)
-    if not REPO_ID.match(text):
-        raise SourceNotFoundError("no such folder, and not a Hub repo id (ORG/NAME)", path=text)
+    problem = repo_id_problem(text)
+    if problem:      # refused before any request
+        raise SourceNotFoundError(f"no such folder, and {problem}", path=text)
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError
 

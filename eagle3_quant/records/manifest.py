@@ -14,7 +14,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from eagle3_quant.errors import ManifestError
+from eagle3_quant.errors import Eagle3QuantError, ManifestError
 from eagle3_quant.util.hashing import FileDigest, digest_folder, sha256_file
 
 MANIFEST_NAME = "eagle3_quant.json"
@@ -34,9 +34,10 @@ def library_versions() -> dict[str, str]:
 
 @dataclass(frozen=True)
 class SourceRecord:
-    path: str
+    path: str                                # a local source by its folder name only (nothing private published)
     format: str
     architecture: str | None = None
+    hub_id: str | None = None                # the Hub id a local folder was downloaded as, when its path says so
     repo_id: str | None = None
     revision: str | None = None
     commit: str | None = None
@@ -121,17 +122,22 @@ class Manifest:
             raise ManifestError(f"malformed ({exc})", path=path) from None
 
     @classmethod
-    def read(cls, folder: Path) -> Manifest:
-        """The manifest of an output folder; a missing or malformed one is a `ManifestError`."""
-        path = Path(folder) / MANIFEST_NAME
+    def read(cls, folder: Path, error: type[Eagle3QuantError] = ManifestError) -> Manifest:
+        """The manifest of an output folder, read within the parser limits, every field checked and every output
+        path confined to the folder (`manifest_check`); a missing or malformed one raises `error`."""
+        from eagle3_quant.records.manifest_check import read_checked_manifest
+
+        folder = Path(folder)
+        data = read_checked_manifest(folder, error)
+        if data is None:
+            raise error(f"no {MANIFEST_NAME}: not an eagle3-quant output folder", path=folder,
+                        hint="make it with `eagle3-quant quantize SRC OUT`")
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ManifestError(f"no {MANIFEST_NAME}: not an eagle3-quant output folder", path=folder,
-                                hint="make it with `eagle3-quant quantize SRC OUT`") from None
-        except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
-            raise ManifestError(f"unreadable ({exc})", path=path) from None
-        return cls.from_dict(data, path)
+            return cls.from_dict(data, folder / MANIFEST_NAME)
+        except ManifestError as exc:
+            if error is ManifestError:
+                raise
+            raise error(exc.message, path=exc.path, field=exc.field) from None
 
     def write(self, folder: Path) -> Path:
         path = Path(folder) / MANIFEST_NAME

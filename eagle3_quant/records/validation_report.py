@@ -7,9 +7,10 @@ Layout (``report_version`` 1), written by `eagle3-quant validate`::
       "report_version": 1,
       "passed": bool,                        # no check failed (skipped checks do not fail a report)
       "created_at": "2025-01-01T00:00:00+00:00",
-      "artifact": "/path/OUT",               # the FP8 draft validated
-      "reference": "/path/SRC" | null,       # the BF16 draft it was compared with
-      "calibration": {"path", "samples", "tokens", "target"} | null,
+      "artifact": "OUT",                     # the FP8 draft validated (folder name: never a local path)
+      "artifact_files": {"model.safetensors": "<sha256>", ...},   # what was validated (records/evidence.py)
+      "reference": "SRC" | null,             # the BF16 draft it was compared with (folder name or Hub id)
+      "calibration": {"path", "samples", "tokens", "target"} | null,   # names, not local paths
       "gates": {"min_top1_agreement": 0.95, "min_acceptance_ratio": 0.99, "min_weight_sqnr_db": 25.0},
       "checks": [{"name", "status": "passed" | "failed" | "skipped", "detail", ...}],   # vllm_load, sglang_load:
                                              # see validate/vllm_load.py, validate/sglang_load.py
@@ -37,14 +38,17 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from eagle3_quant.records.evidence import evidence_problem
+
 REPORT_NAME = "validation.json"
 REPORT_VERSION = 1
 
-State = Literal["passed", "failed", "missing", "unreadable"]
+State = Literal["passed", "failed", "missing", "unreadable", "foreign"]   # foreign: another artifact's report
 
 
 @dataclass(frozen=True)
@@ -97,8 +101,12 @@ def write_report(path: Path, data: dict[str, Any]) -> Path:
     return path
 
 
-def read_validation(out: str | Path) -> ValidationSummary:
-    """Never raises for a bad report: the state says what is wrong, and push refuses on anything but passed."""
+def read_validation(out: str | Path, artifact: Mapping[str, str] | None = None) -> ValidationSummary:
+    """Never raises for a bad report: the state says what is wrong, and push refuses on anything but passed.
+
+    `artifact` (path -> sha256, see eagle3_quant/records/evidence.py): the report must name exactly these files, else
+    its state is "foreign" and none of its results are read.
+    """
     path = Path(out) / REPORT_NAME
     if not path.is_file():
         return ValidationSummary(path, "missing", "no validation report")
@@ -111,6 +119,9 @@ def read_validation(out: str | Path) -> ValidationSummary:
     if data.get("report_version") != REPORT_VERSION:
         return ValidationSummary(path, "unreadable", f"unknown report_version {data.get('report_version')!r} "
                                                      f"(this tool reads version {REPORT_VERSION})")
+    problem = evidence_problem(data, artifact) if artifact is not None else None
+    if problem:
+        return ValidationSummary(path, "foreign", problem)
     checks = _checks(data.get("checks"))
     kernel = data.get("kernel") if isinstance(data.get("kernel"), dict) else {}
     calibration = data.get("calibration") if isinstance(data.get("calibration"), dict) else {}

@@ -10,7 +10,7 @@ from safetensors import safe_open
 
 from eagle3_quant.errors import DraftFormatError
 from eagle3_quant.reading.checkpoint import read_checkpoint
-from eagle3_quant.reading.source import REPO_ID
+from eagle3_quant.reading.repo_ids import is_repo_id
 
 EMBEDDING_SUFFIX = "embed_tokens.weight"
 PREFERRED = ("model.embed_tokens.weight", "embed_tokens.weight", "model.language_model.embed_tokens.weight")
@@ -35,7 +35,7 @@ def read_target_embedding(target: str | Path, revision: str | None = None) -> to
         checkpoint = read_checkpoint(folder)
         name = _pick(list(checkpoint.tensors), folder)
         file = checkpoint.tensors[name].file
-    elif REPO_ID.match(str(target)):
+    elif is_repo_id(str(target)):
         file, name = _fetch_embedding_shard(str(target), revision)
     else:
         raise DraftFormatError("no such folder, and not a Hub repo id (ORG/NAME)", path=target)

@@ -70,7 +70,7 @@ def specforge_config(draft: Eagle3Draft) -> dict:
             rope_scaling=c.rope_scaling, max_position_embeddings=c.max_position_embeddings,
             norm_before_residual=spec.norm_before_residual, norm_before_fc=spec.norm_before_fc,
             fc_norm=spec.fc_norm, norm_output=spec.norm_output, attention_bias=spec.attention_bias,
-        ).raw)).items()}
+        ).raw, allow_nan=False)).items()}
         if not c.aux_layer_ids:
             raw.pop("eagle_config")
     raw["torch_dtype"] = DTYPE_NAMES.get(draft.dtype, "bfloat16")
@@ -90,6 +90,6 @@ def save_draft(draft: Eagle3Draft, folder: str | Path, *, force: bool = False) -
     folder = Path(folder)
     source = getattr(draft, "source", None)
     with staged_output(folder, source.path if source is not None else None, force) as staging:
-        (staging / "config.json").write_text(json.dumps(specforge_config(draft), indent=2) + "\n")
+        (staging / "config.json").write_text(json.dumps(specforge_config(draft), indent=2, allow_nan=False) + "\n")
         save_file(tensors, staging / "model.safetensors", metadata={"format": "pt"})
     return folder

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from eagle3_quant.errors import OutputExistsError, ResourceError
 from eagle3_quant.util.interrupts import requested as interrupt_requested
+from eagle3_quant.util.outlock import claim_output
 
 PARTIAL_MARK = ".partial-"
 OLD_MARK = ".old-"
@@ -84,11 +85,38 @@ def _make_parents(folder: Path) -> list[Path]:
 
 
 @contextmanager
+def claimed_output(out: Path, force: bool, src: Path | None = None) -> Iterator[Path]:
+    """Hold OUT's writer lock (see outlock.py) from the first check to the final rename; yields OUT resolved.
+
+    OUT is checked against a local `src` first (nothing is created inside a source). Folders created for
+    OUT's parent are removed again if they are still empty at the end.
+    """
+    out = Path(out).expanduser().resolve()
+    if src is not None and Path(src).expanduser().exists():
+        check_output_target(out, Path(src).expanduser(), force=True)
+    try:
+        created = _make_parents(out.parent)
+    except OSError as exc:
+        raise ResourceError(f"cannot create the output folder: {exc.strerror or exc}", path=out) from exc
+    try:
+        with claim_output(out, force):
+            yield out
+    finally:
+        for folder in created:
+            _remove_if_empty(folder)
+
+
+@contextmanager
 def staged_output(out: Path, src: Path | None, force: bool = False) -> Iterator[Path]:
     """Yield a temporary folder beside OUT; on success it replaces OUT, on any failure it is removed.
 
-    A disk-full error while writing becomes a ``ResourceError`` naming OUT.
+    A disk-full error while writing becomes a ``ResourceError`` naming OUT. OUT's writer lock is held throughout.
     """
+    with claimed_output(out, force, src) as claimed:
+        yield from _staged(claimed, src, force)
+
+
+def _staged(out: Path, src: Path | None, force: bool) -> Iterator[Path]:
     out = check_output_target(out, src, force)
     try:
         created = _make_parents(out.parent)

@@ -46,6 +46,7 @@ from corpus.broken import (
     weights,
     write_file,
 )
+from corpus.broken_values import config_nested, config_text, d2t_duplicate_target, header_nested
 from corpus.builders import INDEX, Q_PROJ, SHARD, SINGLE, bf16, edit_index, llama_target, moe_model, pickle_draft, tiny
 from eagle3_quant.errors import (
     CheckpointFileError,
@@ -115,6 +116,12 @@ CASES: tuple[BadCase, ...] = (
             (SINGLE, "tensor 'norm.weight'", "unknown dtype 'F7'")),
     BadCase("trailing-bytes-after-data", trailing_bytes, CheckpointFileError,
             (SINGLE, "trailing bytes", "the data section holds")),
+    BadCase("header-metadata-value-not-a-string", header_edit(lambda h: h["__metadata__"].update(format=1)),
+            CheckpointFileError, (SINGLE, "field '__metadata__.format'", "is not a string")),
+    BadCase("header-shape-not-integers", header_edit(lambda h: h["norm.weight"].update(shape=[64, True])),
+            CheckpointFileError, (SINGLE, "tensor 'norm.weight'", "is not a list of non-negative integers")),
+    BadCase("header-nested-too-deep", header_nested(100_000), CheckpointFileError,
+            (SINGLE, "nested too deeply")),
     # shard index and links
     BadCase("index-points-to-parent-folder", index_points_to(lambda r: "../model.safetensors"), CheckpointFileError,
             (INDEX, "'../model.safetensors' points outside the checkpoint folder")),
@@ -161,6 +168,15 @@ CASES: tuple[BadCase, ...] = (
             ("field 'num_key_value_heads'", "4 attention heads are not a multiple of 3 KV heads")),
     BadCase("config-draft-vocab-exceeds-target-vocab", config_values(draft_vocab_size=1024), DraftFormatError,
             ("field 'draft_vocab_size'", "draft vocab 1024 exceeds the target vocab 512")),
+    BadCase("config-rms-norm-eps-infinity", config_text('"rms_norm_eps": 1e-05', '"rms_norm_eps": Infinity'),
+            DraftFormatError, ("config.json", "field 'rms_norm_eps'", "Infinity is not a JSON number")),
+    BadCase("config-nan-nested-value", config_text('"rms_norm_eps": 1e-05', '"rope_scaling": {"factor": NaN}'),
+            DraftFormatError, ("config.json", "field 'rope_scaling.factor'", "NaN is not a JSON number")),
+    BadCase("config-nested-too-deep", config_nested(100_000), DraftFormatError,
+            ("config.json", "nested deeper than 64 levels")),
+    BadCase("config-aux-ids-disagree-with-fc", config(lambda c: c["eagle_config"].update(
+        eagle_aux_hidden_state_layer_ids=[1, 2])), DraftFormatError,
+            ("field 'eagle_aux_hidden_state_layer_ids'", "lists 2 aux layer ids", "fc reads 3 x")),
     BadCase("config-speculators-without-layer-config",
             config(lambda c: c.pop("transformer_layer_config"), DraftFormat.SPECULATORS), DraftFormatError,
             ("field 'transformer_layer_config'", "needs an object")),
@@ -189,6 +205,8 @@ CASES: tuple[BadCase, ...] = (
             (SINGLE, "tensor 'd2t'", "draft id 255 maps to target id 519, expected one in [0, 512)")),
     BadCase("d2t-negative-target-id", d2t_entry(0, lambda vocab: -1), DraftFormatError,
             (SINGLE, "tensor 'd2t'", "draft id 0 maps to target id -1")),
+    BadCase("d2t-two-draft-ids-one-target", d2t_duplicate_target, DraftFormatError,
+            (SINGLE, "tensor 'd2t'", "draft ids 0 and 1 both map to target id")),
     BadCase("d2t-wrong-dtype", weights(d2t=torch.zeros(256, dtype=torch.int32)), DraftFormatError,
             ("tensor 'd2t'", "dtype I32, expected one of ['I64']")),
     # refused sources
