@@ -120,7 +120,11 @@ def _build(cls: type, raw: Any, where: str, file: str | None) -> Any:
             value = raw[f.name]
             values[f.name] = tuple(value) if typing.get_origin(hint) is tuple or (
                 isinstance(value, list) and tuple in map(typing.get_origin, typing.get_args(hint))) else value
-    return cls(**values)
+    try:
+        return cls(**values)
+    except Eagle3QuantError as exc:    # a nested options object (validate.gates) checks its own values
+        field = ".".join(x for x in (where, exc.field) if x) or None
+        raise PipelineSpecError(exc.message, path=file, field=field) from None
 
 
 def _describe(hint: Any) -> str:

@@ -132,6 +132,6 @@ def vocab_pruned(draft: DraftCheckpoint, calib: str | Path, n: int, out: Path) -
     with scratch_for(out, "vocab") as folder:
         save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
         del tensors
-        (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+        (folder / "config.json").write_text(json.dumps(config, indent=2, allow_nan=False) + "\n")
         copy_side_files(draft.path, folder)
         yield folder, record

@@ -9,7 +9,7 @@ from eagle3_quant.export.card import NOT_MEASURED, make_card
 from hub_server.fixtures import PASSED_REPORT
 
 from eagle3_quant.cli import main
-from eagle3_quant.errors import ManifestError
+from eagle3_quant.errors import PublishError
 from eagle3_quant.reading.source_card import repo_id_from_cache_path, source_card_info
 from eagle3_quant.records.manifest import MANIFEST_NAME
 from eagle3_quant.records.validation_report import read_validation
@@ -58,7 +58,7 @@ def test_source_card_info_and_cache_paths(tmp_path):
 
 
 def test_card_without_manifest_is_a_clear_error(tmp_path, capsys):
-    with pytest.raises(ManifestError, match="no eagle3_quant.json"):
+    with pytest.raises(PublishError, match="no eagle3_quant.json"):
         make_card(tmp_path)
     with pytest.raises(SystemExit) as exit_info:
         main(["card", str(tmp_path)])

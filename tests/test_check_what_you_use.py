@@ -93,7 +93,7 @@ def test_calibration_writer_refuses_non_finite_states(tmp_path):
 def test_manifest_inputs_are_the_bytes_used(tmp_path):
     src = write_synthetic_draft(tmp_path / "src", "tiny", shards=2)
     result = quantize_draft(src, tmp_path / "out", device="cpu")
-    recorded = {entry["path"]: entry["sha256"] for entry in result.manifest.data["inputs"]}
+    recorded = {entry.path: entry.sha256 for entry in result.manifest.inputs}
     assert recorded == {p.name: sha256_file(p) for p in src.iterdir()}
     assert not lock_path(result.output).exists()
 
@@ -130,7 +130,7 @@ def test_writers_with_force_are_serialized(tmp_path):
     assert proc.returncode == 0, err
     manifest = Manifest.read(out)
     assert not (out / "first.txt").exists()          # replaced whole, never mixed
-    assert {e["path"]: e["sha256"] for e in manifest.outputs} == \
+    assert {e.path: e.sha256 for e in manifest.outputs} == \
         {p.name: sha256_file(p) for p in out.iterdir() if p.name != "eagle3_quant.json" and p.name[0] != "."}
 
 
@@ -147,6 +147,6 @@ def test_two_real_writers_on_one_out(tmp_path):
     assert refused.startswith("error: ") and refused.count("\n") == 1
     assert "another eagle3-quant run" in refused or "already exists" in refused
     manifest = Manifest.read(out)
-    assert {e["path"]: e["sha256"] for e in manifest.outputs} == \
+    assert {e.path: e.sha256 for e in manifest.outputs} == \
         {p.name: sha256_file(p) for p in out.iterdir() if p.name != "eagle3_quant.json" and p.name[0] != "."}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "src"]

@@ -48,7 +48,7 @@ def test_no_ids_both_engines_use_the_defaults(make_draft):
 
 def test_pipeline_engine_is_checked(tmp_path):
     assert set(ENGINES) == set(Engine.__members__)
-    base = {"pipeline_version": 1, "source": "./d", "workdir": str(tmp_path), "push": {"enabled": False}}
+    base = {"pipeline_version": 1, "source": "org/d", "workdir": str(tmp_path), "push": {"enabled": False}}
     path = tmp_path / "p.yaml"
     path.write_text(json.dumps(base))
     assert load_pipeline(path).calibrate.engine == "vllm"

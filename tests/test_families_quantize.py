@@ -50,3 +50,5 @@ def test_family_artifact_validates(tmp_path, shape):
     status = {c.name: c.status for c in report.checks}
     assert report.passed and status["loader_compat"] == "passed" and status["weight_sqnr"] == "passed", status
     assert status["top1_agreement"] == "skipped"         # needs calibration data
+    if shape == "tiny-mla":     # vLLM's MLA class does not load on the CPU harness: said, never passed
+        assert status["vllm_load"] == "skipped"

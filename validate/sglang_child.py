@@ -96,7 +96,8 @@ def main(argv: list[str]) -> int:
     else:
         result.update(load(artifact))
     result["seconds"] = round(time.perf_counter() - started, 2)
-    Path(result_path).write_text(json.dumps(result, indent=1) + "\n")
+    # internal child -> parent file, never published: a NaN is a finding to carry back
+    Path(result_path).write_text(json.dumps(result, indent=1, allow_nan=True) + "\n")
     return 0
 
 

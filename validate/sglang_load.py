@@ -127,7 +127,7 @@ def main(argv: list[str]) -> int:
         print(result.get("error") or f"SGLang {result['sglang']} imports with the CPU patches")
         return 1 if "error" in result else 0
     check = sglang_load_check(argv[0])
-    print(json.dumps(check.to_dict(), indent=1))
+    print(json.dumps(check.to_dict(), indent=1, allow_nan=False))
     return 1 if check.status == "failed" else 0
 
 

@@ -112,7 +112,7 @@ def write_target_config(draft_config: dict, folder: Path, num_layers: int) -> Pa
               "max_position_embeddings": int(layer.get("max_position_embeddings", 2048)),
               "rms_norm_eps": float(layer.get("rms_norm_eps", 1e-6)), "torch_dtype": "bfloat16"}
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.json").write_text(json.dumps(config))
+    (folder / "config.json").write_text(json.dumps(config, allow_nan=False))
     return folder
 
 

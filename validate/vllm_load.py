@@ -59,7 +59,7 @@ def run_vllm_load_many(artifacts: list[str | Path], options: VllmLoadOptions | N
     env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu", "VLLM_LOGGING_LEVEL": "ERROR", "TOKENIZERS_PARALLELISM": "false"}
     with tempfile.TemporaryDirectory(prefix="e3q-vllm-load-") as tmp:
         req, res = Path(tmp) / "request.json", Path(tmp) / "result.json"
-        req.write_text(json.dumps(request))
+        req.write_text(json.dumps(request, allow_nan=False))
         error = None
         try:
             proc = subprocess.run([sys.executable, "-m", "eagle3_quant.validate.vllm_worker", str(req), str(res)],

@@ -153,7 +153,8 @@ def main(argv: list[str]) -> int:
     results = {}
     for artifact in request["artifacts"]:
         results[artifact] = run_one(request, Path(artifact))
-        Path(argv[1]).write_text(json.dumps(results, indent=1))
+        # internal child -> parent file, never published: a NaN logit is a finding to carry back
+        Path(argv[1]).write_text(json.dumps(results, indent=1, allow_nan=True))
     return 0
 
 

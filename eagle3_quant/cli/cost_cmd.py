@@ -24,7 +24,7 @@ def cost_command(
 
     report = checkpoint_cost(src, revision=revision, draft_vocab=draft_vocab, device_profile=device_profile, k=k)
     if as_json:
-        typer.echo(json.dumps(report.to_dict(), indent=2))
+        typer.echo(json.dumps(report.to_dict(), indent=2, allow_nan=False))
         return
     from eagle3_quant.cli.render_cost import print_cost
 

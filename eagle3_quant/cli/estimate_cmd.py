@@ -31,7 +31,7 @@ def estimate_command(
     result = estimate_draft(out, verify_ms, validation=validation, draft_ms=draft_ms, k=k,
                             device_profile=device_profile, write=not no_write)
     if as_json:
-        typer.echo(json.dumps(result.to_dict(), indent=2))
+        typer.echo(json.dumps(result.to_dict(), indent=2, allow_nan=False))
         return
     from eagle3_quant.cli.render_cost import print_estimate
 

@@ -11,14 +11,15 @@ from eagle3_quant.reading.config import load_config_file, parse_config
 from eagle3_quant.reading.draft import DraftCheckpoint, read_draft
 from eagle3_quant.reading.formats import detect_format
 from eagle3_quant.reading.layout import build_layout
+from eagle3_quant.reading.repo_ids import repo_id_problem
 from eagle3_quant.reading.safetensors_header import TensorInfo
 from eagle3_quant.reading.source import REPO_ID, DraftSource
 
 
 def read_draft_headers(src: str | Path, revision: str | None = None) -> DraftCheckpoint:
     """A local folder as `read_draft` reads it; a Hub repo id from config.json and its weights' headers."""
-    if Path(src).expanduser().exists() or not REPO_ID.match(str(src)):
-        return read_draft(src, revision)
+    if Path(src).expanduser().exists() or not REPO_ID.match(str(src)) or repo_id_problem(str(src)):
+        return read_draft(src, revision)      # a local folder, or an id read_draft refuses before any request
     from huggingface_hub import HfApi, hf_hub_download
     from huggingface_hub.errors import (
         EntryNotFoundError,

@@ -176,7 +176,7 @@ CASES: tuple[BadCase, ...] = (
             ("config.json", "nested deeper than 64 levels")),
     BadCase("config-aux-ids-disagree-with-fc", config(lambda c: c["eagle_config"].update(
         eagle_aux_hidden_state_layer_ids=[1, 2])), DraftFormatError,
-            ("field 'eagle_aux_hidden_state_layer_ids'", "lists 2 aux layer ids", "fc reads 3 x")),
+            ("tensor 'fc.weight'", "disagrees with config.json, which implies [64, 128]")),
     BadCase("config-speculators-without-layer-config",
             config(lambda c: c.pop("transformer_layer_config"), DraftFormat.SPECULATORS), DraftFormatError,
             ("field 'transformer_layer_config'", "needs an object")),

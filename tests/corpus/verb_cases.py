@@ -152,12 +152,11 @@ VERB_CASES: tuple[VerbCase, ...] = (
     VerbCase("run-bad-set-yaml", lambda r: ["run", str(tiny_pipeline(r)), "--set", "push.dry_run=[unclosed"],
              ("--set push.dry_run", "not a readable YAML value")),
     VerbCase("run-unknown-validate-option",
-             lambda r: ["run", str(tiny_pipeline(r, "validate:\n  options:\n    min_top1: 0.9\n"))],
-             ("field 'validate.options'", "unknown option(s) 'min_top1'")),
+             lambda r: ["run", str(tiny_pipeline(r, "validate:\n  min_top1: 0.9\n"))],
+             ("field 'validate'", "unknown key(s) 'min_top1'")),
     VerbCase("run-nan-gate",
-             lambda r: ["run", str(tiny_pipeline(r, "validate:\n  options:\n    gates:\n"
-                                                    "      min_weight_sqnr_db: .nan\n"))],
-             ("field 'validate.options.gates.min_weight_sqnr_db'", "is not a finite number")),
+             lambda r: ["run", str(tiny_pipeline(r, "validate:\n  gates:\n    min_weight_sqnr_db: .nan\n"))],
+             ("field 'validate.gates.min_weight_sqnr_db'", "is not a finite number")),
     VerbCase("run-nan-auto-exclude",
              lambda r: ["run", str(tiny_pipeline(r, "calibrate:\n  data: x.jsonl\ntarget: org/target\n"
                                                     "quantize:\n  auto_exclude: .nan\n"))],
