@@ -35,15 +35,21 @@ def test_every_verb_is_covered_and_the_readme_says_so():
     assert f"({len(VERB_CASES)} verb cases:" in guarantees
 
 
-@pytest.mark.parametrize("case", VERB_CASES, ids=lambda c: c.id)
-def test_verb_refuses_in_one_line_and_leaves_nothing(case: VerbCase, tmp_path, monkeypatch, capsys, no_hub,
-                                                     quantized_tiny):
+def prepare_case(case: VerbCase, tmp_path, monkeypatch, quantized_tiny):
+    """The case's folder built, its tree state taken, and the working directory moved into it."""
     verb_cases.QUANTIZED[:] = [quantized_tiny()[1]]
     root = tmp_path / "case"
     root.mkdir()
     args = case.build(root)
     before = tree_state(root)
     monkeypatch.chdir(root)
+    return root, args, before
+
+
+@pytest.mark.parametrize("case", VERB_CASES, ids=lambda c: c.id)
+def test_verb_refuses_in_one_line_and_leaves_nothing(case: VerbCase, tmp_path, monkeypatch, capsys, no_hub,
+                                                     quantized_tiny):
+    root, args, before = prepare_case(case, tmp_path, monkeypatch, quantized_tiny)
     monkeypatch.delenv("EAGLE3_QUANT_DEBUG", raising=False)
     with pytest.raises(SystemExit) as exit_info:
         main(args)
@@ -96,12 +102,7 @@ def call_api(args: list[str]):
 @pytest.mark.parametrize("case", VERB_CASES, ids=lambda c: c.id)
 def test_api_raises_one_typed_error_and_leaves_nothing(case: VerbCase, tmp_path, monkeypatch, no_hub,
                                                        quantized_tiny):
-    verb_cases.QUANTIZED[:] = [quantized_tiny()[1]]
-    root = tmp_path / "case"
-    root.mkdir()
-    args = case.build(root)
-    before = tree_state(root)
-    monkeypatch.chdir(root)
+    root, args, before = prepare_case(case, tmp_path, monkeypatch, quantized_tiny)
     with pytest.raises(Eagle3QuantError) as info:
         call_api(args)
     error = info.value
