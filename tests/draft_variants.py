@@ -133,12 +133,16 @@ def _rotate(x: torch.Tensor, angles: torch.Tensor, factor: float) -> torch.Tenso
 
 
 def reference_forward(folder: Path, input_ids: torch.Tensor, aux: torch.Tensor,
-                      embedding: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """float64 logits [T, V_draft] and fed-back hidden [T, H] of one sequence, positions 0..T-1."""
+                      embedding: torch.Tensor | None = None,
+                      lm_head: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """float64 logits [T, V_draft] and fed-back hidden [T, H] of one sequence, positions 0..T-1; `embedding`
+    and `lm_head` stand for the target's when the checkpoint has none."""
     raw = json.loads((folder / "config.json").read_text())
     layer = raw.get("transformer_layer_config", raw)
     w = {k: v.to(torch.float64) if v.is_floating_point() else v for k, v in load_file(folder / "model.safetensors")
          .items()}
+    if lm_head is not None:
+        w["lm_head.weight"] = lm_head.to(torch.float64)
     p = "layers.0." if "transformer_layer_config" in raw else "midlayer."
     eps, heads, kv_heads, head_dim = layer["rms_norm_eps"], layer["num_attention_heads"], \
         layer["num_key_value_heads"], layer["head_dim"]

@@ -21,7 +21,6 @@ from eagle3_quant.validate.vllm_load import VllmLoadOptions, check_vllm_load
 from eagle3_quant.errors import DraftFormatError, Eagle3QuantError
 from eagle3_quant.options import build_options
 from eagle3_quant.reading.draft import DraftCheckpoint
-from eagle3_quant.reading.families import DraftFamily
 from eagle3_quant.reading.layout import EMBEDDING_NAMES
 from eagle3_quant.records.evidence import artifact_digests
 from eagle3_quant.records.manifest import MANIFEST_NAME, Manifest
@@ -108,16 +107,11 @@ def _sqnr(art: Fp8Artifact, reference: DraftCheckpoint | None, gates: Gates) -> 
                 f"lowest weight SQNR in dB ({worst['module']})"), layers
 
 
-def _vllm_load(out: Path, family: DraftFamily, calib: CalibrationSet | None, unreadable: bool,
-               enabled: bool) -> Check:
+def _vllm_load(out: Path, calib: CalibrationSet | None, unreadable: bool, enabled: bool) -> Check:
     if not enabled:
         return skipped(VLLM_CHECK, "vLLM check turned off (--no-vllm)")
     if unreadable:
         return skipped(VLLM_CHECK, "the FP8 weights or scales are malformed (fp8_weights)")
-    if family is DraftFamily.MLA:   # measured: its post-load weight processing calls vLLM's compiled _C ops
-        return skipped(VLLM_CHECK, "vLLM's MLA Eagle3 class (deepseek_eagle3.py) needs vLLM's compiled _C ops and "
-                                   "MLA attention backend to load on CPU; the CPU harness runs the Llama and Qwen3 "
-                                   "classes only (the replay and vLLM's own QuarkConfig still judge its layers)")
     return check_vllm_load(out, VllmLoadOptions(calib=calib.path if calib is not None else None))
 
 
@@ -163,7 +157,7 @@ def validate_draft(out: str | Path, options: ValidateOptions | None = None, **ov
             "kernel check turned off (--no-kernel)"
         kernel_result = {"status": "skipped", "reason": reason}
         checks.append(skipped("kernel_path", reason))
-    checks.append(_vllm_load(out, art.config.family, cal, unreadable, vllm))
+    checks.append(_vllm_load(out, cal, unreadable, vllm))
     checks.append(sglang_load_check(out) if sglang else skipped(SGLANG_CHECK, "turned off (--no-sglang)"))
     calibration = None if cal is None else {"path": public_name(cal.path.resolve()), "samples": cal.num_samples,
                                             "tokens": cal.num_tokens, "target": public_name(cal.info.target)}

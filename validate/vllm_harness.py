@@ -7,6 +7,12 @@ plain causal attention with fp32 scores. The FP8 activation-quantization ops of 
 the fused SiLU-mul + static quant) get PyTorch equivalents of their kernels' math, and the packed CPU GEMM of
 ``_C`` is turned off so vLLM takes its own ``torch.nn.functional.linear`` fallback. FP8 linear kernels are
 chosen from the list vLLM uses on ROCm without AITER (torch ``_scaled_mm`` per-tensor / rowwise / channel-wise).
+
+MLA drafts (``deepseek_eagle3.py``): vLLM's ``MLAAttention`` layer is built with the reference ``CPU_MLA``
+backend (the AMX one the CPU platform prefers packs ``kv_b_proj`` with ``_C`` ops) and its own
+``process_weights_after_loading`` runs unchanged: ``kv_b_proj`` dequantized (FP8 through the layer's own
+linear on an identity) and split into the absorbed ``W_UK_T`` / ``W_UV``. Only ``MLAAttention.forward`` (KV
+cache write, metadata, ``_C.mla_decode_kvcache``) is replaced, see :data:`MLA_ATTENTION_STAND_IN`.
 """
 
 from __future__ import annotations
@@ -22,6 +28,43 @@ import torch
 ATTENTION_STAND_IN = ("vLLM's paged attention layer (Attention.forward) replaced by causal attention with fp32 "
                       "QK^T scores and softmax (CPU: no _C kernels, KV cache or model runner); every other op is "
                       "vLLM's own PyTorch path (custom_ops=['none'])")
+
+
+MLA_ATTENTION_STAND_IN = ("vLLM's MLA attention layer (MLAAttention.forward: KV-cache write, metadata, "
+                          "_C.mla_decode_kvcache) replaced by causal attention with fp32 scores and softmax, in "
+                          "vLLM's two MLA forms: decode (absorbed: q_nope @ vLLM's W_UK_T over the latent cache, "
+                          "vLLM's _v_up_proj with W_UV, both built by vLLM's process_weights_after_loading from "
+                          "kv_b_proj) and prefill (k_nope and v through vLLM's kv_b_proj linear); the rope, "
+                          "norms and every linear are vLLM's own")
+MLA_FORMS = ("decode", "prefill")
+MLA_FORM = {"form": "decode"}    # which of vLLM's two MLA forms the stand-in computes (set by the worker)
+
+
+def _causal_softmax(scores: torch.Tensor) -> torch.Tensor:
+    t = scores.shape[-1]
+    causal = torch.ones(t, t, dtype=torch.bool, device=scores.device).tril()
+    return torch.softmax(scores.masked_fill(~causal, float("-inf")), dim=-1)
+
+
+def _mla_forward(self, q, kv_c_normed, k_pe, output_shape=None, q_dcp_replicated=None):
+    """q [T, N, P+R] (rope applied), kv_c_normed [T, L], k_pe [T, 1, R] -> [T, N*V]; scores in fp32."""
+    t, n = q.shape[0], self.num_heads
+    q_nope, q_pe = q.split([self.qk_nope_head_dim, self.qk_rope_head_dim], dim=-1)
+    if MLA_FORM["form"] == "decode":      # MLAAttention.forward_impl's MQA path, one query row per token
+        ql_nope = torch.bmm(q_nope.transpose(0, 1), self.W_UK_T)                     # [N, T, L]
+        q_lat = torch.cat([ql_nope, q_pe.transpose(0, 1)], dim=-1).to(torch.float32)  # [N, T, L+R]
+        k_lat = torch.cat([kv_c_normed, k_pe.squeeze(1)], dim=-1).to(torch.float32)   # [T, L+R]
+        probs = _causal_softmax(q_lat @ k_lat.T * self.scale)
+        latent = (probs @ kv_c_normed.to(torch.float32)).to(q.dtype)                  # [N, T, L]
+        out = torch.empty(t, n * self.v_head_dim, dtype=q.dtype, device=q.device)
+        self._v_up_proj(latent.transpose(0, 1).reshape(t, n * self.kv_lora_rank), out)
+        return out
+    kv = self.kv_b_proj(kv_c_normed)[0].view(t, n, self.qk_nope_head_dim + self.v_head_dim)
+    k_nope, v = kv.split([self.qk_nope_head_dim, self.v_head_dim], dim=-1)             # MHA (prefill) path
+    k = torch.cat([k_nope, k_pe.expand(t, n, self.qk_rope_head_dim)], dim=-1)
+    scores = q.transpose(0, 1).to(torch.float32) @ k.transpose(0, 1).to(torch.float32).transpose(-1, -2)
+    probs = _causal_softmax(scores * self.scale).to(v.dtype)
+    return (probs @ v.transpose(0, 1)).transpose(0, 1).reshape(t, n * self.v_head_dim).to(q.dtype)
 
 
 def _attention_forward(self, query, key, value, output_shape=None, output_dtype=None):
@@ -91,6 +134,9 @@ def apply_cpu_patches() -> None:
     from vllm.model_executor.layers.attention import attention
 
     attention.Attention.forward = _attention_forward
+    from vllm.model_executor.layers.attention import mla_attention
+
+    mla_attention.MLAAttention.forward = _mla_forward
     from vllm import _custom_ops as ops
 
     ops.scaled_fp8_quant = _scaled_fp8_quant

@@ -4,8 +4,9 @@ What it proves, on CPU: vLLM 0.33's config parsing, ``QuarkConfig`` (exclude mat
 class and weight loader take the artifact as planned - each runtime linear's quant method matches what the
 checkpoint holds, every tensor is consumed (``t2d`` is skipped by vLLM on purpose) and lands byte-identical
 in its parameter - and vLLM's ``combine_hidden_states`` -> ``forward`` -> ``compute_logits`` agrees with the
-project's runtime. What it does not prove: GPU kernels (the FP8 GEMM runs through torch on CPU) and the paged
-attention kernel (replaced by a causal attention with fp32 scores; the report says so).
+project's runtime (for an MLA draft in both of vLLM's MLA forms: absorbed decode and kv_b_proj prefill). What
+it does not prove: GPU kernels (the FP8 GEMM runs through torch on CPU) and the attention kernel (paged or MLA,
+replaced by a causal attention with fp32 scores; the report says so, see vllm_harness.py).
 """
 
 from __future__ import annotations
@@ -99,15 +100,19 @@ def vllm_load_check(result: dict) -> Check:
     if result["not_identical"]:
         problems.append(f"tensors not byte-identical after loading: {'; '.join(result['not_identical'][:3])}")
     logits = result["logits"]
-    if not logits["vllm_logits_finite"]:
-        problems.append("vLLM's logits are not finite (NaN/Inf)")
-    elif logits["relative_dlogit"] > MAX_RELATIVE_DLOGIT or logits["top1_agreement"] < MIN_TOP1:
-        problems.append(f"vLLM's forward and the runtime disagree: top-1 {logits['top1_agreement']:.3f} "
-                        f"(>= {MIN_TOP1}), max |dlogit| {100 * logits['relative_dlogit']:.2f}% of max |logit| "
-                        f"(<= {100 * MAX_RELATIVE_DLOGIT:.0f}%)")
+    forms = result.get("logits_by_form") or {"paged": logits}
+    for form, each in forms.items():
+        where = f" ({form} form)" if len(forms) > 1 else ""
+        if not each["vllm_logits_finite"]:
+            problems.append(f"vLLM's logits are not finite (NaN/Inf){where}")
+        elif each["relative_dlogit"] > MAX_RELATIVE_DLOGIT or each["top1_agreement"] < MIN_TOP1:
+            problems.append(f"vLLM's forward{where} and the runtime disagree: top-1 {each['top1_agreement']:.3f} "
+                            f"(>= {MIN_TOP1}), max |dlogit| {100 * each['relative_dlogit']:.2f}% of max |logit| "
+                            f"(<= {100 * MAX_RELATIVE_DLOGIT:.0f}%)")
     data = {k: result[k] for k in ("vllm_version", "architecture", "dtype", "linears", "tensors", "identical",
                                    "skipped_on_purpose", "attention", "inputs", "embedding", "wall_s")}
-    data["logits"] = logits
+    data["lm_head"] = result.get("lm_head", "the draft's own")
+    data["logits"], data["logits_by_form"] = logits, forms
     if problems:
         return failed(CHECK_NAME, "; ".join(problems), **data)
     methods = sorted({f"{i['quant_method']}{'/' + i['scheme'] if i['scheme'] else ''}"
@@ -115,9 +120,11 @@ def vllm_load_check(result: dict) -> Check:
     detail = (f"vLLM {result['vllm_version']} built {result['architecture']} with {', '.join(methods)} as planned; "
               f"{result['identical']} tensors loaded byte-identical "
               f"({', '.join(result['skipped_on_purpose']) or 'none'} skipped by vLLM on purpose); "
-              f"forward vs runtime on {logits['positions']} positions: top-1 {logits['top1_agreement']:.3f}, "
-              f"max |dlogit| {100 * logits['relative_dlogit']:.2f}% of max |logit| "
-              "(paged attention replaced by a causal fp32-score stand-in on CPU)")
+              f"forward vs runtime on {logits['positions']} positions: "
+              + "; ".join(f"{form + ' form ' if len(forms) > 1 else ''}top-1 {each['top1_agreement']:.3f}, "
+                          f"max |dlogit| {100 * each['relative_dlogit']:.2f}% of max |logit|"
+                          for form, each in forms.items())
+              + " (the attention kernel replaced by a causal fp32-score stand-in on CPU)")
     return passed(CHECK_NAME, detail, **data)
 
 

@@ -2,7 +2,9 @@
 
 Checkpoint names follow vLLM 0.33's Eagle3 ``load_weights``: ``t2d`` is skipped on purpose, ``d2t`` becomes
 ``draft_id_to_target_id``, everything but ``lm_head`` gets ``model.``, ``midlayer.`` becomes ``layers.0.``,
-q/k/v stack into ``qkv_proj`` and gate/up into ``gate_up_proj`` (rows in that order, or one per-tensor scale each).
+q/k/v stack into ``qkv_proj`` and gate/up into ``gate_up_proj`` (rows in that order, or one per-tensor scale each);
+an MLA draft with ``q_lora_rank`` stacks ``q_a_proj`` / ``kv_a_proj_with_mqa`` into ``fused_qkv_a_proj``
+(deepseek_eagle3.py's ``hf_to_vllm_mapper``), one without keeps ``kv_a_proj_with_mqa`` and ``q_proj`` apart.
 """
 
 from __future__ import annotations
@@ -17,19 +19,29 @@ from eagle3_quant.reading.checkpoint import read_checkpoint
 SKIPPED_ON_PURPOSE = ("t2d",)
 STACKED = {"q_proj": ("qkv_proj", 0, 3), "k_proj": ("qkv_proj", 1, 3), "v_proj": ("qkv_proj", 2, 3),
            "gate_proj": ("gate_up_proj", 0, 2), "up_proj": ("gate_up_proj", 1, 2)}
+MLA_STACKED = {"q_a_proj": ("fused_qkv_a_proj", 0, 2), "kv_a_proj_with_mqa": ("fused_qkv_a_proj", 1, 2)}
 # Parameters vLLM creates that no checkpoint of ours holds (KV-cache scales) or that it shares with the target
 NOT_IN_CHECKPOINT = ("k_scale", "v_scale", "q_scale", "prob_scale", "embed_tokens.weight")
+SHARED_LM_HEAD = "lm_head.weight"      # a draft without one gets the target's (vLLM: has_own_lm_head False)
+Stacked = dict[str, tuple[str, int, int]]
 
 
-def vllm_name(name: str) -> tuple[str, str | None, int, int]:
+def stacked_roles(names) -> Stacked:
+    """The checkpoint roles vLLM stacks into one runtime linear, for the checkpoint holding `names`."""
+    with_q_lora = any(".q_a_proj." in n for n in names)
+    return {**STACKED, **(MLA_STACKED if with_q_lora else {})}
+
+
+def vllm_name(name: str, stacked: Stacked | None = None) -> tuple[str, str | None, int, int]:
     """(vLLM parameter name, fused checkpoint role or None, shard index, shards) for one checkpoint tensor."""
+    stacked = STACKED if stacked is None else stacked
     if name == "d2t":
         return "draft_id_to_target_id", None, 0, 1
     full = name if name.startswith("lm_head") else "model." + name.replace("midlayer.", "layers.0.")
     module, _, leaf = full.rpartition(".")
     parent, _, role = module.rpartition(".")
-    if role in STACKED:
-        fused, shard, shards = STACKED[role]
+    if role in stacked:
+        fused, shard, shards = stacked[role]
         return f"{parent}.{fused}.{leaf}", role, shard, shards
     return full, None, 0, 1
 
@@ -61,10 +73,12 @@ def _same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
 def compare_loaded(artifact: Path, record: dict, model) -> dict:
     """Every checkpoint tensor given to vLLM and found byte-identical in the parameter it was loaded into."""
     tensors = _read(artifact)
+    stacked = stacked_roles(tensors)
+
     params: dict[str, torch.Tensor] = record["params"]
     rows: dict[tuple[str, str], list[int]] = {}
     for name, tensor in tensors.items():
-        target, role, shard, shards = vllm_name(name)
+        target, role, shard, shards = vllm_name(name, stacked)
         if role is not None:
             size = tensor.shape[0] if tensor.dim() else 1
             rows.setdefault((target, name.rsplit(".", 1)[-1]), [0] * shards)[shard] = size
@@ -74,7 +88,7 @@ def compare_loaded(artifact: Path, record: dict, model) -> dict:
         if name in SKIPPED_ON_PURPOSE:
             skipped.append(name)
             continue
-        target, role, shard, shards = vllm_name(name)
+        target, role, shard, shards = vllm_name(name, stacked)
         if name not in given or target not in params:
             missing.append(name)
             continue
@@ -89,9 +103,12 @@ def compare_loaded(artifact: Path, record: dict, model) -> dict:
             identical.append(name)
     # vLLM 0.33's Eagle3 load_weights returns None (and its strict check is off for quantized models): a
     # parameter no checkpoint tensor maps to keeps its initial value (weight_scale: -3.4e38)
-    covered = {vllm_name(n)[0] for n in tensors if n in given}
-    uninitialized = sorted(n for n in params if n not in covered and not n.endswith(NOT_IN_CHECKPOINT))
-    expected = {vllm_name(n)[0].rpartition(".")[0]: t.dtype in (torch.float8_e4m3fn, torch.float8_e4m3fnuz)
+    covered = {vllm_name(n, stacked)[0] for n in tensors if n in given}
+    shared = () if SHARED_LM_HEAD in tensors else (SHARED_LM_HEAD,)
+    uninitialized = sorted(n for n in params if n not in covered and not n.endswith(NOT_IN_CHECKPOINT)
+                           and n not in shared)
+    fp8 = (torch.float8_e4m3fn, torch.float8_e4m3fnuz)
+    expected = {vllm_name(n, stacked)[0].rpartition(".")[0]: t.dtype in fp8
                 for n, t in tensors.items() if n.endswith(".weight")}
     return {"tensors": len(tensors), "identical": len(identical), "skipped_on_purpose": skipped,
             "not_consumed": missing, "not_identical": differing, "uninitialized": uninitialized,

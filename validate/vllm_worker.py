@@ -20,11 +20,13 @@ from eagle3_quant.validate import vllm_harness
 from eagle3_quant.validate.vllm_tensors import compare_loaded, runtime_linears
 
 
-def _engine_config(draft: Path, target: Path, dtype: str):
+def _engine_config(draft: Path, target: Path, dtype: str, mla: bool):
     from vllm.engine.arg_utils import EngineArgs
 
+    # MLA: vLLM's reference CPU MLA backend, not the AMX one (it packs kv_b_proj with _C ops at load)
+    backend = {"attention_backend": "CPU_MLA"} if mla else {}
     args = EngineArgs(model=str(target), skip_tokenizer_init=True, dtype=dtype, enforce_eager=True,
-                      max_model_len=512, compilation_config={"custom_ops": ["none"]},
+                      max_model_len=512, compilation_config={"custom_ops": ["none"]}, **backend,
                       speculative_config={"method": "eagle3", "model": str(draft), "num_speculative_tokens": 3})
     return args.create_engine_config()
 
@@ -102,41 +104,66 @@ def _compare_logits(model, ours, inputs, dtype: torch.dtype, d2t) -> dict:
             "max_abs_logit": max_logit, "relative_dlogit": rel, "vllm_logits_finite": finite}
 
 
+def _seeded(weight: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """What vLLM takes from the target (embedding, shared lm_head): the same seeded values on both sides."""
+    with torch.no_grad():
+        weight.copy_(torch.randn(weight.shape, generator=gen).to(weight.dtype) * 0.02)
+    return weight.detach().clone()
+
+
+def _compare_forms(model, ours, inputs, dtype, d2t, mla: bool) -> dict[str, dict]:
+    """The logits comparison per attention form vLLM runs: one for the Llama/Qwen3 classes; for MLA its decode
+    (absorbed W_UK/W_UV, every draft step after the first) and prefill (kv_b_proj) forms."""
+    if not mla:
+        return {"paged": _compare_logits(model, ours, inputs, dtype, d2t)}
+    forms = {}
+    for form in vllm_harness.MLA_FORMS:
+        vllm_harness.MLA_FORM["form"] = form
+        forms[form] = _compare_logits(model, ours, inputs, dtype, d2t)
+    return forms
+
+
 def run(request: dict, artifact: Path) -> dict:
     started = time.perf_counter()
     vllm_harness.apply_cpu_patches()
     import vllm
 
+    from eagle3_quant.reading.families import DraftFamily, detect_family
     from eagle3_quant.runtime.loading import load_draft
 
     cfg = json.loads((artifact / "config.json").read_text())
+    mla = detect_family(cfg, artifact / "config.json") is DraftFamily.MLA
     dtype_name = str((cfg.get("transformer_layer_config") or cfg).get("torch_dtype") or cfg.get("torch_dtype")
                      or "bfloat16")
     dtype = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}[dtype_name]
     with tempfile.TemporaryDirectory(prefix="e3q-vllm-target-") as tmp:
         target = vllm_harness.write_target_config(cfg, Path(tmp), request["target_layers"])
-        vllm_config = _engine_config(artifact, target, dtype_name)
+        vllm_config = _engine_config(artifact, target, dtype_name, mla)
         record: dict = {}
         model = _build(vllm_config, record)
     build_s = time.perf_counter() - started
     tensors = compare_loaded(artifact, record, model)
     linears = runtime_linears(model)
     gen = torch.Generator().manual_seed(request["seed"])
-    embed = model.model.embed_tokens.weight
     own_embedding = any(n.endswith("embed_tokens.weight") for n in record["given"])
-    if not own_embedding:        # vLLM shares the target's embedding; both sides get the same seeded one
-        with torch.no_grad():
-            embed.copy_(torch.randn(embed.shape, generator=gen).to(embed.dtype) * 0.02)
-    ours = load_draft(artifact, "cpu", dtype, embedding=None if own_embedding else embed.detach().clone())
+    # vLLM shares the target's embedding, and its lm_head when the draft has none (has_own_lm_head False,
+    # set by process_eagle_weight; the proposer's _maybe_share_lm_head then swaps in the target's)
+    own_lm_head = bool(getattr(model, "has_own_lm_head", False))
+    embedding = None if own_embedding else _seeded(model.model.embed_tokens.weight, gen)
+    lm_head = None if own_lm_head else _seeded(model.lm_head.weight, gen)
+    ours = load_draft(artifact, "cpu", dtype, embedding=embedding, lm_head=lm_head)
     d2t = getattr(model, "draft_id_to_target_id", None)
-    logits = _compare_logits(model, ours, _inputs(request, cfg), dtype,
-                             d2t.detach() if isinstance(d2t, torch.Tensor) else None)
+    forms = _compare_forms(model, ours, _inputs(request, cfg), dtype,
+                           d2t.detach() if isinstance(d2t, torch.Tensor) else None, mla)
     inputs = "calibration set" if request.get("calib") else f"seeded random aux states (seed {request['seed']})"
     return {"vllm_version": vllm.__version__, "architecture": type(model).__name__, "dtype": dtype_name,
-            "target_layers": request["target_layers"], "linears": linears, **tensors, "logits": logits,
-            "attention": vllm_harness.ATTENTION_STAND_IN,
+            "target_layers": request["target_layers"], "linears": linears, **tensors,
+            "logits": forms["decode" if mla else "paged"], "logits_by_form": forms,
+            "attention": vllm_harness.MLA_ATTENTION_STAND_IN if mla else vllm_harness.ATTENTION_STAND_IN,
             "inputs": inputs,
             "embedding": "the draft's own" if own_embedding else "seeded random (vLLM shares the target's)",
+            "lm_head": "the draft's own" if own_lm_head else "seeded random (vLLM shares the target's: "
+                                                              "has_own_lm_head False)",
             "build_s": round(build_s, 2), "wall_s": round(time.perf_counter() - started, 2)}
 
 

@@ -1,4 +1,4 @@
-"""The token embedding a draft borrows from its target when its checkpoint holds none."""
+"""What a draft borrows from its target when its checkpoint holds none: the token embedding, the lm_head."""
 
 from __future__ import annotations
 
@@ -14,6 +14,9 @@ from eagle3_quant.reading.repo_ids import is_repo_id
 
 EMBEDDING_SUFFIX = "embed_tokens.weight"
 PREFERRED = ("model.embed_tokens.weight", "embed_tokens.weight", "model.language_model.embed_tokens.weight")
+
+
+LM_HEAD_PREFERRED = ("lm_head.weight", "model.lm_head.weight", "language_model.lm_head.weight")
 
 
 def _pick(names: list[str], where: Path) -> str:
@@ -63,3 +66,22 @@ def _fetch_embedding_shard(repo_id: str, revision: str | None) -> tuple[Path, st
             KeyError) as exc:
         raise DraftFormatError(f"cannot fetch the target's embedding from the Hub ({exc})", path=repo_id,
                                hint="pass the target's local folder") from exc
+
+
+def read_target_lm_head(target: str | Path) -> torch.Tensor:
+    """The [V, H] ``lm_head.weight`` of a local target folder, or its embedding when the head is tied
+    (``tie_word_embeddings``); reads one tensor, not the model."""
+    folder = Path(target).expanduser()
+    if not folder.is_dir():
+        raise DraftFormatError("no such folder (the target's lm_head is read from a local folder)", path=target)
+    checkpoint = read_checkpoint(folder)
+    name = next((n for n in LM_HEAD_PREFERRED if n in checkpoint.tensors), None)
+    if name is None:
+        config = folder / "config.json"
+        tied = config.is_file() and json.loads(config.read_text()).get("tie_word_embeddings") is True
+        if not tied:
+            raise DraftFormatError("no lm_head.weight in the target checkpoint, and its config does not tie it to "
+                                   "the embedding", path=folder, tensor="lm_head.weight")
+        name = _pick(list(checkpoint.tensors), folder)
+    with safe_open(str(checkpoint.tensors[name].file), framework="pt") as fh:
+        return fh.get_tensor(name)

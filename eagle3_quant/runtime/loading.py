@@ -15,7 +15,7 @@ from eagle3_quant.reading.formats import detect_format
 from eagle3_quant.reading.layout import EMBEDDING_NAMES, build_layout, fused_groups
 from eagle3_quant.reading.safetensors_header import TensorInfo
 from eagle3_quant.reading.source import resolve_source
-from eagle3_quant.runtime.embedding import read_target_embedding
+from eagle3_quant.runtime.embedding import read_target_embedding, read_target_lm_head
 from eagle3_quant.runtime.fp8_linear import FP8_MODES, Fp8Linear, harmonize_fused, to_fnuz
 from eagle3_quant.runtime.model import Eagle3Draft
 from eagle3_quant.runtime.spec import resolve_spec
@@ -106,6 +106,17 @@ def _place_fp8(draft: Eagle3Draft, state: dict[str, torch.Tensor], fp8: dict[str
             harmonize_fused([draft.get_submodule(n) for n in names])
 
 
+def _shared_lm_head(lm_head: torch.Tensor | str | Path, shared: bool, cfg: DraftConfig, where: Path) -> torch.Tensor:
+    if not shared:
+        raise DraftFormatError("the draft has its own lm_head; lm_head= is only for a draft sharing the target's",
+                               path=where, tensor="lm_head.weight")
+    weight = lm_head if isinstance(lm_head, torch.Tensor) else read_target_lm_head(lm_head)
+    if tuple(weight.shape) != (cfg.vocab_size, cfg.hidden_size):
+        raise DraftFormatError(f"the target's lm_head is {list(weight.shape)}, the draft needs [vocab "
+                               f"{cfg.vocab_size}, hidden {cfg.hidden_size}]", path=where, tensor="lm_head.weight")
+    return weight.detach()
+
+
 def _on_gfx942(device: torch.device) -> bool:
     if device.type != "cuda" or not torch.version.hip:
         return False
@@ -114,10 +125,12 @@ def _on_gfx942(device: torch.device) -> bool:
 
 def load_draft(path: str | Path, device: str | torch.device | None = None, dtype: torch.dtype | None = None,
                embedding: torch.Tensor | str | Path | None = None, *, fp8_mode: str = "scaled_mm",
-               revision: str | None = None) -> Eagle3Draft:
+               revision: str | None = None, lm_head: torch.Tensor | str | Path | None = None) -> Eagle3Draft:
     """Load a draft folder (or Hub id) in any of the three formats, float or FP8 (weight + weight_scale,
     optional input_scale). `dtype` defaults to the config's torch_dtype; `embedding` (a [V, H] tensor or
-    the target's folder / Hub id) supplies the token embedding when the checkpoint has none."""
+    the target's folder / Hub id) supplies the token embedding when the checkpoint has none; `lm_head` (a
+    [V, H] tensor or the target's local folder) the output projection of a draft that shares the target's,
+    as vLLM does for an Eagle3 draft without ``lm_head.weight``."""
     if fp8_mode not in FP8_MODES:
         raise ValueError(f"fp8_mode must be one of {', '.join(FP8_MODES)}, got {fp8_mode!r}")
     source = resolve_source(path, revision)
@@ -147,6 +160,8 @@ def load_draft(path: str | Path, device: str | torch.device | None = None, dtype
         raise DraftFormatError(f"tensors this draft's config does not use: {', '.join(unexpected[:5])}",
                                path=where, hint="check norm_before_fc / fc_norm / attention_bias in config.json")
     state = _read_tensors(checkpoint, set(checkpoint.tensors) & wanted)
+    if lm_head is not None:
+        state["lm_head.weight"] = _shared_lm_head(lm_head, layout.shared_lm_head, cfg, where)
     if has_maps and "t2d" not in state:
         t2d = torch.zeros(cfg.vocab_size, dtype=torch.bool)
         t2d[torch.arange(cfg.draft_vocab_size) + state["d2t"]] = True
@@ -156,8 +171,8 @@ def load_draft(path: str | Path, device: str | torch.device | None = None, dtype
     missing = sorted(set(draft.state_dict()) - set(state) - {n for n in draft.state_dict() if n.startswith(
         tuple(fp8))})
     if missing:
-        hint = ("the draft shares the target's lm_head, which this runtime cannot load yet"
-                if layout.shared_lm_head else None)
+        hint = ("the draft shares the target's lm_head: pass lm_head= (the target's folder or its [V, H] weight)"
+                if layout.shared_lm_head and "lm_head.weight" in missing else None)
         raise DraftFormatError(f"missing from the checkpoint: {', '.join(missing[:5])}", path=where, hint=hint)
     draft.load_state_dict(state, strict=False, assign=True)
     device = torch.device(device) if device is not None else torch.device("cpu")
