@@ -80,7 +80,7 @@ def _inputs(request: dict, cfg: dict) -> list[tuple[torch.Tensor, torch.Tensor]]
              torch.randn(request["positions"], 3 * ht, generator=gen)) for _ in range(request["samples"])]
 
 
-def _compare_logits(model, ours, inputs, dtype: torch.dtype, d2t) -> dict:
+def _compare_logits(model, ours, inputs, dtype: torch.dtype, d2t, kept: list | None = None) -> dict:
     top1 = total = 0
     max_diff = max_logit = 0.0
     finite = True
@@ -93,6 +93,8 @@ def _compare_logits(model, ours, inputs, dtype: torch.dtype, d2t) -> dict:
             hidden = model.combine_hidden_states(aux)
             out, _ = model(ids, positions, hidden)
             theirs = model.compute_logits(out)[:, targets].float()
+            if kept is not None:
+                kept.append(theirs)
             mine = ours(ids[None], aux[None], positions[None])[0][0].float()
             finite = finite and bool(torch.isfinite(theirs).all())
             max_diff = max(max_diff, float((theirs - mine).abs().max()))
@@ -113,13 +115,22 @@ def _seeded(weight: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
 
 def _compare_forms(model, ours, inputs, dtype, d2t, mla: bool) -> dict[str, dict]:
     """The logits comparison per attention form vLLM runs: one for the Llama/Qwen3 classes; for MLA its decode
-    (absorbed W_UK/W_UV, every draft step after the first) and prefill (kv_b_proj) forms."""
+    (absorbed W_UK/W_UV: every draft step of a decode batch) and prefill (kv_b_proj) forms, the runtime in the
+    same form each time."""
     if not mla:
         return {"paged": _compare_logits(model, ours, inputs, dtype, d2t)}
-    forms = {}
+    forms, kept = {}, {}
+    from eagle3_quant.runtime.mla import set_mla_form
+
     for form in vllm_harness.MLA_FORMS:
         vllm_harness.MLA_FORM["form"] = form
-        forms[form] = _compare_logits(model, ours, inputs, dtype, d2t)
+        set_mla_form(ours, form)
+        forms[form] = _compare_logits(model, ours, inputs, dtype, d2t, kept.setdefault(form, []))
+    # how far vLLM's own two forms are apart: the rounding floor any single runtime form is measured against
+    a, b = (torch.cat(kept[form]) for form in vllm_harness.MLA_FORMS)
+    top = float(a.abs().max())
+    forms["vllm_decode_vs_prefill"] = {"relative_dlogit": float((a - b).abs().max()) / top if top > 0 else float("nan"),
+                                  "top1_agreement": float((a.argmax(-1) == b.argmax(-1)).float().mean())}
     return forms
 
 
@@ -158,6 +169,7 @@ def run(request: dict, artifact: Path) -> dict:
     inputs = "calibration set" if request.get("calib") else f"seeded random aux states (seed {request['seed']})"
     return {"vllm_version": vllm.__version__, "architecture": type(model).__name__, "dtype": dtype_name,
             "target_layers": request["target_layers"], "linears": linears, **tensors,
+            "vllm_decode_vs_prefill": forms.pop("vllm_decode_vs_prefill", None),
             "logits": forms["decode" if mla else "paged"], "logits_by_form": forms,
             "attention": vllm_harness.MLA_ATTENTION_STAND_IN if mla else vllm_harness.ATTENTION_STAND_IN,
             "inputs": inputs,

@@ -1,5 +1,12 @@
 """MLA attention (DeepSeek V2/V3, Kimi K2) as vLLM 0.33's ``DeepseekV2MLAAttention`` computes it for an Eagle3
-draft, unabsorbed: per head q = [q_nope, q_pe], k = [k_nope, rope(k_pe)] with one k_pe shared by all heads.
+draft, in either of vLLM's two forms (``MLAAttention.forward_impl``):
+
+- ``prefill`` (default; vLLM's MHA path): per head q = [q_nope, q_pe], k = [k_nope, rope(k_pe)] with one k_pe
+  shared by all heads, k_nope and v from ``kv_b_proj``.
+- ``decode`` (vLLM's MQA path, what it runs for every draft step of a decode batch): ``kv_b_proj``'s weight,
+  dequantized to the activation dtype, is split into W_UK / W_UV and absorbed: q_nope @ W_UK attends over the
+  latent [kv_c, rope(k_pe)] (scores and the latent output in fp32, as its kernels), the output goes up through
+  W_UV. Equal to ``prefill`` in exact arithmetic; the roundings differ (measured by vLLM's own two forms).
 
 RoPE follows deepseek_v2.py: it rotates only the last ``qk_rope_head_dim`` dims, GPT-J style (interleaved
 pairs, ``is_neox_style=False``); any non-default rope type becomes DeepSeek's YaRN
@@ -83,9 +90,31 @@ def apply_rope_interleaved(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
     return x * cos.unsqueeze(1) + rotated * sin.unsqueeze(1)
 
 
+MLA_FORMS = ("prefill", "decode")
+
+
+def set_mla_form(model: nn.Module, form: str) -> None:
+    """Compute every MLA attention of `model` in vLLM's `form` (see the module docstring)."""
+    if form not in MLA_FORMS:
+        raise ValueError(f"MLA form must be one of {', '.join(MLA_FORMS)}, got {form!r}")
+    for module in model.modules():
+        if isinstance(module, MlaAttention):
+            module.form = form
+
+
+def _dequantized(linear: nn.Module, dtype: torch.dtype) -> torch.Tensor:
+    """[out, in] weight in `dtype`, FP8 rows times their scale (vLLM's get_and_maybe_dequant_weights)."""
+    scale = getattr(linear, "weight_scale", None)
+    if scale is None:
+        return linear.weight.to(dtype)
+    return (linear.weight.to(torch.float32) * scale.reshape(-1, 1)).to(dtype)
+
+
 class MlaAttention(nn.Module):
     """Submodules carry the checkpoint's names: q_a_proj, q_a_layernorm, q_b_proj (or q_proj),
     kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj, o_proj."""
+
+    form = "prefill"
 
     def __init__(self, dims: MlaDims, heads: int, hidden: int, linear, norm, softmax_scale_factor: float) -> None:
         super().__init__()
@@ -108,12 +137,33 @@ class MlaAttention(nn.Module):
         q = self.q_proj(x) if d.q_lora_rank is None else self.q_b_proj(self.q_a_layernorm(self.q_a_proj(x)))
         q = q.view(b, t, nh, d.qk_head_dim).transpose(1, 2)
         latent, k_pe = self.kv_a_proj_with_mqa(x).split([d.kv_lora_rank, d.qk_rope_head_dim], dim=-1)
-        kv = self.kv_b_proj(self.kv_a_layernorm(latent)).view(b, t, nh, d.qk_nope_head_dim + d.v_head_dim)
-        k_nope, v = kv.transpose(1, 2).split([d.qk_nope_head_dim, d.v_head_dim], dim=-1)
+        kv_c = self.kv_a_layernorm(latent)
         q_nope, q_pe = q.split([d.qk_nope_head_dim, d.qk_rope_head_dim], dim=-1)
         q_pe = apply_rope_interleaved(q_pe, cos, sin)
-        k_pe = apply_rope_interleaved(k_pe.unsqueeze(1), cos, sin).expand(b, nh, t, d.qk_rope_head_dim)
+        k_pe = apply_rope_interleaved(k_pe.unsqueeze(1), cos, sin)
+        if self.form == "decode":
+            return self._absorbed(q_nope, q_pe, kv_c, k_pe, context)
+        kv = self.kv_b_proj(kv_c).view(b, t, nh, d.qk_nope_head_dim + d.v_head_dim)
+        k_nope, v = kv.transpose(1, 2).split([d.qk_nope_head_dim, d.v_head_dim], dim=-1)
+        k_pe = k_pe.expand(b, nh, t, d.qk_rope_head_dim)
         # the context scales scores by qk_head_dim**-0.5; vLLM's extra YaRN factor goes on q
         q = torch.cat([q_nope, q_pe], dim=-1) * self.scale_factor
         out = context.attend(q, torch.cat([k_nope, k_pe], dim=-1), v)
+        return self.o_proj(out.transpose(1, 2).reshape(b, t, nh * d.v_head_dim))
+
+    def _absorbed(self, q_nope, q_pe, kv_c, k_pe, context) -> torch.Tensor:
+        """q_nope [B, N, T, P], q_pe [B, N, T, R], kv_c [B, T, L], k_pe [B, 1, T, R] -> o_proj output."""
+        d, nh = self.dims, self.heads
+        b, _, t, _ = q_nope.shape
+        w = _dequantized(self.kv_b_proj, q_nope.dtype).view(nh, d.qk_nope_head_dim + d.v_head_dim, d.kv_lora_rank)
+        w_uk, w_uv = w.split([d.qk_nope_head_dim, d.v_head_dim], dim=1)             # [N, P, L], [N, V, L]
+        ql_nope = q_nope @ w_uk                                                      # [B, N, T, L]
+        # fp32 from here to the latent output; the context divides the scores by sqrt(L + R), vLLM's
+        # softmax scale is qk_head_dim**-0.5 (times the YaRN factor)
+        width = d.kv_lora_rank + d.qk_rope_head_dim
+        q = torch.cat([ql_nope, q_pe], dim=-1).to(torch.float32) * (self.scale_factor * math.sqrt(width)
+                                                                       / math.sqrt(d.qk_head_dim))
+        k = torch.cat([kv_c.unsqueeze(1), k_pe], dim=-1).to(torch.float32)
+        latent = context.attend(q, k, kv_c.unsqueeze(1).to(torch.float32)).to(q_nope.dtype)   # [B, N, T, L]
+        out = latent @ w_uv.transpose(-1, -2)                                        # [B, N, T, V]
         return self.o_proj(out.transpose(1, 2).reshape(b, t, nh * d.v_head_dim))
