@@ -62,8 +62,8 @@ def _build(vllm_config, record: dict):
         return get_model(vllm_config=vllm_config, model_config=vllm_config.speculative_config.draft_model_config)
 
 
-def _inputs(request: dict, cfg: dict) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """[(input_ids [T], aux [T, 3*Ht])]: calibration samples, else seeded random states."""
+def _inputs(request: dict, cfg: dict, num_aux: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """[(input_ids [T], aux [T, num_aux*Ht])]: calibration samples, else seeded random states."""
     layer = cfg.get("transformer_layer_config") or cfg
     if request.get("calib"):
         from eagle3_quant.calib.format import load_calibration
@@ -77,7 +77,7 @@ def _inputs(request: dict, cfg: dict) -> list[tuple[torch.Tensor, torch.Tensor]]
     gen = torch.Generator().manual_seed(request["seed"])
     ht = int(cfg.get("target_hidden_size") or layer["hidden_size"])
     return [(torch.randint(0, int(layer["vocab_size"]), (request["positions"],), generator=gen),
-             torch.randn(request["positions"], 3 * ht, generator=gen)) for _ in range(request["samples"])]
+             torch.randn(request["positions"], num_aux * ht, generator=gen)) for _ in range(request["samples"])]
 
 
 def _compare_logits(model, ours, inputs, dtype: torch.dtype, d2t, kept: list | None = None) -> dict:
@@ -164,7 +164,7 @@ def run(request: dict, artifact: Path) -> dict:
     lm_head = None if own_lm_head else _seeded(model.lm_head.weight, gen)
     ours = load_draft(artifact, "cpu", dtype, embedding=embedding, lm_head=lm_head)
     d2t = getattr(model, "draft_id_to_target_id", None)
-    forms = _compare_forms(model, ours, _inputs(request, cfg), dtype,
+    forms = _compare_forms(model, ours, _inputs(request, cfg, ours.config.num_aux), dtype,
                            d2t.detach() if isinstance(d2t, torch.Tensor) else None, mla)
     inputs = "calibration set" if request.get("calib") else f"seeded random aux states (seed {request['seed']})"
     return {"vllm_version": vllm.__version__, "architecture": type(model).__name__, "dtype": dtype_name,

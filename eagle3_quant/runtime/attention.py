@@ -16,9 +16,11 @@ def repeat_kv(x: torch.Tensor, groups: int) -> torch.Tensor:
     return x if groups == 1 else x.repeat_interleave(groups, dim=1)
 
 
-def _scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-    """Scaled QK^T in fp32, as vLLM's attention kernels keep them before the softmax."""
-    return q.to(torch.float32) @ k.to(torch.float32).transpose(-1, -2) / math.sqrt(q.shape[-1])
+def _scores(q: torch.Tensor, k: torch.Tensor, scale: float | None = None) -> torch.Tensor:
+    """Scaled QK^T in fp32, as vLLM's attention kernels keep them before the softmax (default scale
+    1/sqrt(head dim); MLA passes its own)."""
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    return q.to(torch.float32) @ k.to(torch.float32).transpose(-1, -2) * scale
 
 
 @dataclass
@@ -44,14 +46,14 @@ class CausalContext:
     def __init__(self, cache: KVCache | None = None) -> None:
         self.cache = cache
 
-    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None = None) -> torch.Tensor:
         past = 0
         if self.cache is not None:
             past = self.cache.length
             k, v = self.cache.extend(k, v)
         t, s = q.shape[2], k.shape[2]
         groups = q.shape[1] // k.shape[1]
-        scores = _scores(q, repeat_kv(k, groups))
+        scores = _scores(q, repeat_kv(k, groups), scale)
         allowed = torch.arange(s, device=q.device)[None, :] <= (past + torch.arange(t, device=q.device))[:, None]
         scores = scores.masked_fill(~allowed, float("-inf"))
         probs = torch.softmax(scores, dim=-1).to(q.dtype)
@@ -71,13 +73,13 @@ class ChainContext:
     chain_k: list[torch.Tensor] = field(default_factory=list)
     chain_v: list[torch.Tensor] = field(default_factory=list)
 
-    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None = None) -> torch.Tensor:
         self.chain_k.append(k)
         self.chain_v.append(v)
         groups = q.shape[1] // k.shape[1]
         t = q.shape[2]
-        scale = 1.0 / math.sqrt(q.shape[-1])
-        prefix = _scores(q, repeat_kv(self.prefix_k, groups))
+        scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+        prefix = _scores(q, repeat_kv(self.prefix_k, groups), scale)
         causal = torch.ones(t, t, dtype=torch.bool, device=q.device).tril()
         prefix = prefix.masked_fill(~causal, float("-inf"))
         own_k = [repeat_kv(ck, groups) for ck in self.chain_k]

@@ -131,6 +131,11 @@ class MlaAttention(nn.Module):
         self.kv_b_proj = linear(dims.kv_lora_rank, heads * (dims.qk_nope_head_dim + dims.v_head_dim))
         self.o_proj = linear(heads * dims.v_head_dim, hidden)
 
+    @property
+    def scale(self) -> float:
+        """vLLM's softmax scale, applied to the fp32 scores: qk_head_dim**-0.5 (times DeepSeek YaRN's mscale²)."""
+        return self.scale_factor / math.sqrt(self.dims.qk_head_dim)
+
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, context) -> torch.Tensor:
         b, t, _ = x.shape
         d, nh = self.dims, self.heads
@@ -146,9 +151,7 @@ class MlaAttention(nn.Module):
         kv = self.kv_b_proj(kv_c).view(b, t, nh, d.qk_nope_head_dim + d.v_head_dim)
         k_nope, v = kv.transpose(1, 2).split([d.qk_nope_head_dim, d.v_head_dim], dim=-1)
         k_pe = k_pe.expand(b, nh, t, d.qk_rope_head_dim)
-        # the context scales scores by qk_head_dim**-0.5; vLLM's extra YaRN factor goes on q
-        q = torch.cat([q_nope, q_pe], dim=-1) * self.scale_factor
-        out = context.attend(q, torch.cat([k_nope, k_pe], dim=-1), v)
+        out = context.attend(torch.cat([q_nope, q_pe], dim=-1), torch.cat([k_nope, k_pe], dim=-1), v, self.scale)
         return self.o_proj(out.transpose(1, 2).reshape(b, t, nh * d.v_head_dim))
 
     def _absorbed(self, q_nope, q_pe, kv_c, k_pe, context) -> torch.Tensor:
@@ -158,12 +161,9 @@ class MlaAttention(nn.Module):
         w = _dequantized(self.kv_b_proj, q_nope.dtype).view(nh, d.qk_nope_head_dim + d.v_head_dim, d.kv_lora_rank)
         w_uk, w_uv = w.split([d.qk_nope_head_dim, d.v_head_dim], dim=1)             # [N, P, L], [N, V, L]
         ql_nope = q_nope @ w_uk                                                      # [B, N, T, L]
-        # fp32 from here to the latent output; the context divides the scores by sqrt(L + R), vLLM's
-        # softmax scale is qk_head_dim**-0.5 (times the YaRN factor)
-        width = d.kv_lora_rank + d.qk_rope_head_dim
-        q = torch.cat([ql_nope, q_pe], dim=-1).to(torch.float32) * (self.scale_factor * math.sqrt(width)
-                                                                       / math.sqrt(d.qk_head_dim))
+        # fp32 from here to the latent output, as vLLM's MLA decode kernels
+        q = torch.cat([ql_nope, q_pe], dim=-1).to(torch.float32)
         k = torch.cat([kv_c.unsqueeze(1), k_pe], dim=-1).to(torch.float32)
-        latent = context.attend(q, k, kv_c.unsqueeze(1).to(torch.float32)).to(q_nope.dtype)   # [B, N, T, L]
+        latent = context.attend(q, k, kv_c.unsqueeze(1).to(torch.float32), self.scale).to(q_nope.dtype)  # [B,N,T,L]
         out = latent @ w_uv.transpose(-1, -2)                                        # [B, N, T, V]
         return self.o_proj(out.transpose(1, 2).reshape(b, t, nh * d.v_head_dim))
