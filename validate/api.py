@@ -58,6 +58,19 @@ def _embedding(art: Fp8Artifact, calib: CalibrationSet, target: str | Path | Non
     return read_target_embedding(source)
 
 
+def _shared_lm_head(art: Fp8Artifact, calib: CalibrationSet, target: str | Path | None):
+    """The target's lm_head when the draft shares it (no lm_head.weight), as vLLM serves it; else None."""
+    if "lm_head.weight" in art.checkpoint.tensors:
+        return None
+    from eagle3_quant.runtime.embedding import read_target_lm_head
+
+    source = target or calib.info.target
+    if not source:
+        raise DraftFormatError("the draft shares the target's lm_head and no target is known", field="target",
+                               hint="pass --target with the target model's local folder")
+    return read_target_lm_head(source)
+
+
 def _fidelity(art: Fp8Artifact, reference: DraftCheckpoint | None, calib: CalibrationSet | None,
               target: str | Path | None, gates: Gates, k: int, device: str | None,
               max_samples: int | None) -> tuple[list[Check], dict]:
@@ -74,9 +87,11 @@ def _fidelity(art: Fp8Artifact, reference: DraftCheckpoint | None, calib: Calibr
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     # CPUs without bf16 units run bf16 matmuls several times slower; the weights are the same in fp32
     dtype = torch.float32 if torch.device(device).type == "cpu" else None
-    bf16_draft = load_draft(reference.path, device, dtype, embedding=embedding)
+    lm_head = _shared_lm_head(art, calib, target)
+    bf16_draft = load_draft(reference.path, device, dtype, embedding=embedding,
+                            lm_head=lm_head if reference.layout.shared_lm_head else None)
     try:
-        fp8_draft = load_draft(art.path, device, dtype, embedding=embedding)
+        fp8_draft = load_draft(art.path, device, dtype, embedding=embedding, lm_head=lm_head)
     except Eagle3QuantError as exc:
         return [failed(name, f"the FP8 draft does not load: {exc}") for name in FIDELITY_CHECKS], {}
     result = calibration_fidelity(fp8_draft, bf16_draft, calib, k, max_samples)

@@ -19,7 +19,8 @@ class ValidateOptions:
                                           "exists).", pipeline=False)
     calib: Path | None = option(None, "Calibration set for the data checks (eagle3-quant calibrate).", pipeline=False)
     report: Path | None = option(None, "Write the JSON report here (default OUT/validation.json).", pipeline=False)
-    target: str | None = option(None, "Target folder or Hub id for the token embedding (default: the calibration "
+    target: str | None = option(None, "Target folder or Hub id for the token embedding, and the target's folder "
+                                      "for its lm_head when the draft shares it (default: the calibration "
                                       "set's target).", pipeline=False)
     gates: Gates = option(help="Thresholds that fail the validation.", factory=Gates)
     k: int = option(DEFAULT_K, "Draft tokens per speculative step.")
