@@ -19,8 +19,8 @@ def repeat_kv(x: torch.Tensor, groups: int) -> torch.Tensor:
 def _scores(q: torch.Tensor, k: torch.Tensor, scale: float | None = None) -> torch.Tensor:
     """Scaled QK^T in fp32, as vLLM's attention kernels keep them before the softmax (default scale
     1/sqrt(head dim); MLA passes its own)."""
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    return q.to(torch.float32) @ k.to(torch.float32).transpose(-1, -2) * scale
+    scores = q.to(torch.float32) @ k.to(torch.float32).transpose(-1, -2)
+    return scores / math.sqrt(q.shape[-1]) if scale is None else scores * scale
 
 
 @dataclass
@@ -78,8 +78,8 @@ class ChainContext:
         self.chain_v.append(v)
         groups = q.shape[1] // k.shape[1]
         t = q.shape[2]
-        scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
         prefix = _scores(q, repeat_kv(self.prefix_k, groups), scale)
+        scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
         causal = torch.ones(t, t, dtype=torch.bool, device=q.device).tril()
         prefix = prefix.masked_fill(~causal, float("-inf"))
         own_k = [repeat_kv(ck, groups) for ck in self.chain_k]
