@@ -55,7 +55,8 @@ def engine_states(model, ids: torch.Tensor, layer_ids) -> torch.Tensor:
     with torch.no_grad():
         states = model(input_ids=ids[None], output_hidden_states=True).hidden_states
     hook.remove()
-    picked = [final["x"][0] if k == L else states[k][0] for k in sorted(set(layer_ids))]
+    last = len(model.model.layers)
+    picked = [final["x"][0] if k == last else states[k][0] for k in sorted(set(layer_ids))]
     return torch.stack(picked, dim=1).contiguous()
 
 
