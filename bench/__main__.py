@@ -152,6 +152,15 @@ def bench_throughput(shapes: list[str], cache: Path) -> dict[str, Any] | str:
     return {"shape": name, **parse_last_json(run_measured(throughput_command(src, fp8), cwd=REPO).stdout)}
 
 
+def bench_calib_capture() -> list[dict[str, Any]]:
+    """`calibrate`'s capture beside a bare transformers run on the same prompts, without and with generated tokens."""
+    runs = []
+    for generate in (0, 32):
+        command = [PYTHON, "-m", "bench.calib_capture", "--generate-tokens", str(generate)]
+        runs.append(parse_last_json(run_measured(command, cwd=REPO).stdout))
+    return runs
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     started = time.perf_counter()
@@ -169,6 +178,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         results["cli"] = bench_cli(largest, CLI_REPEAT)
         results["quark_import"] = bench_quark_import(args.repeat or 3)
         results["throughput"] = bench_throughput(args.shapes, args.cache)
+        results["calib_capture"] = bench_calib_capture()
     results["targets"] = check_targets(results)
     results["machine"]["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     results["seconds"] = round(time.perf_counter() - started, 1)

@@ -79,6 +79,19 @@ def format_extras(results: dict[str, Any]) -> str:
                      f"FP8 {tp['fp8']['tokens_per_s']:.0f} tokens/s (x{tp['fp8_over_bf16']:.2f})")
     elif tp:
         lines.append(f"draft forward throughput: {tp}")
+    for run in results.get("calib_capture", []):
+        lines.append(format_capture(run))
     for name, t in results.get("targets", {}).items():
         lines.append(f"target {name} <= {t['limit']}: {t['value']:.3f} -> {'met' if t['met'] else 'NOT met'}")
     return "\n".join(lines)
+
+
+def format_capture(run: dict[str, Any]) -> str:
+    """One line: calibrate's capture vs a bare transformers run over the same prompts (goal: at least `goal` x)."""
+    t = run["target"]
+    ratio = run["capture_over_bare"]
+    verdict = "met" if ratio is not None and ratio >= run["goal"] else "NOT met"
+    return (f"calibrate capture ({run['samples']} prompts x {run['seq_len']} tokens, +{run['generate_tokens']} "
+            f"generated; {t['layers']}-layer hidden-{t['hidden']} target, {run['device']}, {run['torch_threads']} "
+            f"threads): {run['tokens_per_s']:.0f} tokens/s vs bare transformers {run['bare_tokens_per_s']:.0f} "
+            f"tokens/s = x{ratio:.2f} (goal >= {run['goal']}: {verdict})")

@@ -1,8 +1,10 @@
 """import_calibration: hidden states captured elsewhere (a serving engine, SpecForge) -> a checked calibration set.
 
-Two inputs are understood: a folder in this project's calibration format (``calib.json`` + shards, see
-``format.py``), which is checked sample by sample against the draft and copied; and SpecForge's offline
-hidden-state files (see ``specforge.py``), converted with the target's lm_head.
+Four inputs are understood: a folder in this project's calibration format (``calib.json`` + shards, see
+``format.py``), which is checked sample by sample against the draft and copied; SpecForge's offline
+hidden-state files (see ``specforge.py``), converted with the target's lm_head; and vLLM's extract_hidden_states
+files and speculators' data-generation files (see ``engine_dump.py``), converted with the target's final norm
+and lm_head.
 """
 
 from __future__ import annotations
@@ -11,6 +13,9 @@ import time
 from pathlib import Path
 
 import torch
+from eagle3_quant.calib.dump_formats import ENGINE_FORMATS, DumpFormat
+from eagle3_quant.calib.engine_dump import detect_engine_dump
+from eagle3_quant.calib.engine_import import engine_dump_source
 from eagle3_quant.calib.engine_taps import DEFAULT_ENGINE, Engine, TapRecord, capture_taps
 from eagle3_quant.calib.format import (
     INDEX_NAME,
@@ -44,7 +49,9 @@ def import_calibration(dump: str | Path, draft: str | Path, out: str | Path, opt
     taps; when given it is also checked against the draft. A calibration-format dump must hold the taps `engine`
     feeds the draft (or the ids/convention given); with `engine` None, the engine the dump records, else any
     engine whose taps it holds. SpecForge files hold the taps the draft was trained on; `engine` (default vllm) is
-    recorded."""
+    recorded. vLLM extract_hidden_states and speculators files (`engine_dump.py`) need `target` too (its final
+    norm and lm_head give the next tokens); `dump_layer_ids` says which layers they hold. `format` (auto) names
+    the dump's format."""
     opts = build_options(ImportOptions, options, overrides)
     target, tap_convention, aux_layer_ids, force = opts.target, opts.tap_convention, opts.aux_layer_ids, opts.force
     shard_samples, shard_bytes, engine = opts.shard_samples, opts.shard_bytes, opts.engine
@@ -57,24 +64,26 @@ def import_calibration(dump: str | Path, draft: str | Path, out: str | Path, opt
     num_layers = spec.num_layers if spec else None
     hidden, vocab = draft_ckpt.config.target_hidden_size, draft_ckpt.config.vocab_size
     check_inputs_apart(out, draft_ckpt.path)
-    if (dump / INDEX_NAME).exists():
+    fmt = _dump_format(dump, DumpFormat(opts.format))
+    if fmt is DumpFormat.calibration:
         source = load_calibration(dump)
         taps, record = _dump_taps(draft_ckpt.config, num_layers, engine, tap_convention, aux_layer_ids, source.info)
         info = _checked_info(source.info, taps, record, hidden, dump)
         records, total = source.samples(), source.num_samples
-    elif is_specforge_dump(dump):
+    elif fmt in ENGINE_FORMATS:
+        taps, info, records, total = engine_dump_source(dump, fmt, draft_ckpt.config, spec, opts)
+    else:
         if spec is None:
             raise CalibrationDataError("SpecForge files hold the target's last hidden state, not its predictions",
                                        path=dump, hint="pass --target so its lm_head gives the next tokens")
         files = find_files(dump)
+        if not files:
+            raise CalibrationDataError("holds no SpecForge data_*.ckpt files (specforge format)", path=dump)
         taps = resolve_taps(draft_ckpt.config, num_layers, tap_convention, aux_layer_ids)
         record = capture_taps(draft_ckpt.config, num_layers, engine or DEFAULT_ENGINE, tap_convention,
                               aux_layer_ids)[1]
         info = _specforge_info(spec.name, taps, record, hidden, dump, files[0])
         records, total = _from_specforge(files, load_lm_head(spec.name), vocab), len(files)
-    else:
-        raise CalibrationDataError(f"neither a calibration set ({INDEX_NAME}) nor SpecForge data_*.ckpt files",
-                                   path=dump)
     state_dtype = STATE_DTYPES[info.dtype]
     start = time.perf_counter()
     with staged_output(out, dump, force) as staging, progress.task("import", total) as advance:
@@ -93,6 +102,23 @@ def import_calibration(dump: str | Path, draft: str | Path, out: str | Path, opt
                              calib.num_tokens / seconds if seconds > 0 else 0.0, taps.indices,
                              taps.convention.value, info.dtype, set_bytes(calib), 0, calib.num_samples,
                              calib.num_tokens, seconds, 0, 0, info.source, calib.info)
+
+
+def _dump_format(dump: Path, asked: DumpFormat) -> DumpFormat:
+    """The format asked for, or (auto) the one the folder holds; a folder holding none of them is refused."""
+    if asked is not DumpFormat.auto:
+        if not dump.is_dir():
+            raise CalibrationDataError("no such folder", path=dump)
+        return asked
+    if (dump / INDEX_NAME).exists():
+        return DumpFormat.calibration
+    if is_specforge_dump(dump):
+        return DumpFormat.specforge
+    found = detect_engine_dump(dump)
+    if found:
+        return found[0]
+    raise CalibrationDataError(f"neither a calibration set ({INDEX_NAME}), SpecForge data_*.ckpt files, vLLM "
+                               "extract_hidden_states files nor speculators hs_*.safetensors files", path=dump)
 
 
 def _dump_taps(config, num_layers, engine, convention, ids, info: CalibrationInfo) -> tuple[Taps, TapRecord]:

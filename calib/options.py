@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from eagle3_quant.calib.dump_formats import DumpFormat
 from eagle3_quant.calib.engine_taps import DEFAULT_ENGINE, Engine
 from eagle3_quant.calib.taps import TapConvention
 from eagle3_quant.calib.target import DTYPE_NAMES
@@ -76,6 +77,13 @@ class ImportOptions:
                                       "dump records, else any engine whose taps it holds; SpecForge files: vllm).")
     tap_convention: str = option(TapConvention.auto.value, TAPS_HELP)
     aux_layer_ids: tuple[int, ...] | None = option(None, IDS_HELP)
+    format: str = option(DumpFormat.auto.value, "What the dump is: calibration (this project's), specforge "
+                                                "(data_*.ckpt), vllm (extract_hidden_states files), speculators "
+                                                "(hs_{i}.safetensors); auto tells them apart.")
+    dump_layer_ids: tuple[int, ...] | None = option(
+        None, "vllm/speculators dumps: the eagle_aux_hidden_state_layer_ids the engine ran with (inputs of layer k, "
+              "the layer count = the final layer); default the draft's taps as the engine reads them plus the final "
+              "layer.")
     force: bool = option(False, "Replace OUT if it exists.", pipeline=False)
     revision: str | None = option(None, "Hub revision of the draft.", pipeline=False)
     shard_samples: int = option(64, "Samples per shard file at most.", pipeline=False)
@@ -83,6 +91,11 @@ class ImportOptions:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "aux_layer_ids", _check_taps(self.tap_convention, self.aux_layer_ids, self.engine))
+        if self.format not in DumpFormat.__members__:
+            raise CalibrationDataError(f"{self.format!r} is not one of {', '.join(DumpFormat.__members__)}",
+                                       field="format")
+        if self.dump_layer_ids is not None:
+            object.__setattr__(self, "dump_layer_ids", tuple(int(i) for i in self.dump_layer_ids))
         for name in ("shard_samples", "shard_bytes"):
             if getattr(self, name) < 1:
                 raise CalibrationDataError(f"must be at least 1, got {getattr(self, name)}", field=name)

@@ -16,6 +16,7 @@ from eagle3_quant.errors import Eagle3QuantError
 from eagle3_quant.pipeline_spec import (
     PipelineSpec,
     calibrate_options,
+    import_options,
     load_pipeline,
     push_options,
     quantize_options,
@@ -60,14 +61,25 @@ def _is_hub_id(text: str) -> bool:
 
 def run_calibrate(spec: PipelineSpec) -> str:
     c = spec.calibrate
-    if not c.data:
-        raise _Skip("skipped", "no calibrate.data: the validation runs its data-free checks only")
+    if not c.data and not c.from_dump:
+        raise _Skip("skipped", "no calibrate.data nor calibrate.from_dump: the validation runs its data-free checks "
+                               "only")
     from eagle3_quant.calib.format import load_calibration
 
     if (spec.calib / INDEX_NAME).is_file():
         existing = load_calibration(spec.calib)
-        if existing.num_samples >= c.num_samples and existing.info.target == spec.target:
+        if c.from_dump:
+            if existing.info.extra.get("imported_from") == str(Path(c.from_dump).expanduser().resolve()):
+                raise _Skip("skipped", f"present: {existing.num_samples} samples imported from {c.from_dump}")
+        elif existing.num_samples >= c.num_samples and existing.info.target == spec.target:
             raise _Skip("skipped", f"present: {existing.num_samples} samples, {existing.num_tokens} tokens")
+    if c.from_dump:
+        from eagle3_quant.calib.importer import import_calibration
+
+        force = (spec.calib / INDEX_NAME).is_file()      # a set from other data: replaced by the import
+        import_calibration(c.from_dump, spec.source, spec.calib, import_options(spec, force=force))
+        done = load_calibration(spec.calib)
+        return f"{done.num_samples} samples, {done.num_tokens} tokens imported from {c.from_dump}"
     from eagle3_quant.calib.api import calibrate_target
 
     calibrate_target(spec.target, spec.source, c.data, spec.calib, calibrate_options(spec))

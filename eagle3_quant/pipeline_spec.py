@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eagle3_quant.calib.options import CalibrationOptions
+from eagle3_quant.calib.options import CalibrationOptions, ImportOptions
 from eagle3_quant.errors import Eagle3QuantError, PipelineSpecError
 from eagle3_quant.export.options import PushOptions
 from eagle3_quant.quantize.options import QuantizeOptions
@@ -30,14 +30,24 @@ def _section(name: str, options: type, extra: list[tuple[str, Any, Any]]) -> typ
     """A pipeline-file section: `extra` fields, then the options class's fields a pipeline file may set (same
     types, defaults and help), so the file's schema cannot drift from the API and the CLI."""
     hints = typing.get_type_hints(options)
-    fields = [(n, t, dataclasses.field(default=d)) for n, t, d in extra]
+    fields = [(n, t, d if isinstance(d, dataclasses.Field) else dataclasses.field(default=d)) for n, t, d in extra]
     fields += [(f.name, hints[f.name], dataclasses.field(default=f.default, default_factory=f.default_factory,
                                                          metadata=f.metadata))
                for f in dataclasses.fields(options) if f.metadata.get("pipeline", True)]
     return dataclasses.make_dataclass(name, fields, frozen=True)
 
 
-CalibrateSpec = _section("CalibrateSpec", CalibrationOptions, [("data", str | None, None)])
+def _import_fields() -> list[tuple[str, Any, Any]]:
+    """ImportOptions' own pipeline fields (format, dump_layer_ids): those CalibrationOptions lacks, target aside."""
+    hints, captured = typing.get_type_hints(ImportOptions), {f.name for f in dataclasses.fields(CalibrationOptions)}
+    return [(f.name, hints[f.name], dataclasses.field(default=f.default, metadata=f.metadata))
+            for f in dataclasses.fields(ImportOptions)
+            if f.metadata.get("pipeline", True) and f.name not in captured and f.name != "target"]
+
+
+IMPORT_FIELDS = tuple(name for name, _, _ in _import_fields())
+CalibrateSpec = _section("CalibrateSpec", CalibrationOptions,
+                         [("data", str | None, None), ("from_dump", str | None, None), *_import_fields()])
 QuantizeSpec = _section("QuantizeSpec", QuantizeOptions, [])
 ValidateSpec = _section("ValidateSpec", ValidateOptions, [("enabled", bool, True)])
 PushSpec = _section("PushSpec", PushOptions, [("repo_id", str | None, None), ("enabled", bool, True)])
@@ -46,7 +56,7 @@ PushSpec = _section("PushSpec", PushOptions, [("repo_id", str | None, None), ("e
 def section_values(section: Any) -> dict[str, Any]:
     """A section's fields that belong to its stage's options (without `data`, `enabled`, `repo_id`)."""
     return {f.name: getattr(section, f.name) for f in dataclasses.fields(section)
-            if f.name not in ("data", "enabled", "repo_id")}
+            if f.name not in ("data", "from_dump", "enabled", "repo_id", *IMPORT_FIELDS)}
 
 
 @dataclass(frozen=True)
@@ -145,19 +155,26 @@ def _check(spec: PipelineSpec, file: str | None) -> PipelineSpec:
     if spec.scheme not in SCHEMES:
         raise PipelineSpecError(f"unknown scheme {spec.scheme!r}; valid schemes: {', '.join(SCHEMES)}", path=file,
                                 field="scheme")
-    if SCHEMES[spec.scheme].needs_calibration and not spec.calibrate.data:
+    has_calib = bool(spec.calibrate.data or spec.calibrate.from_dump)
+    if spec.calibrate.data and spec.calibrate.from_dump:
+        raise PipelineSpecError("set either data (capture with transformers) or from_dump (import an engine's "
+                                "dump), not both", path=file, field="calibrate.from_dump")
+    if SCHEMES[spec.scheme].needs_calibration and not has_calib:
         raise PipelineSpecError(f"scheme {spec.scheme!r} needs calibration data", path=file, field="calibrate.data")
-    if spec.quantize.auto_exclude is not None and not spec.calibrate.data:
+    if spec.quantize.auto_exclude is not None and not has_calib:
         raise PipelineSpecError("auto_exclude measures sensitivity on calibration data: set calibrate.data",
                                 path=file, field="quantize.auto_exclude")
     if spec.calibrate.engine not in ENGINES:
         raise PipelineSpecError(f"{spec.calibrate.engine!r} is not one of {', '.join(ENGINES)}", path=file,
                                 field="calibrate.engine")
-    if spec.quantize.draft_vocab is not None and not spec.calibrate.data:
+    if spec.quantize.draft_vocab is not None and not has_calib:
         raise PipelineSpecError("draft_vocab ranks the target's own next tokens in calibration data: set "
                                 "calibrate.data", path=file, field="quantize.draft_vocab")
     if spec.calibrate.data and not spec.target:
         raise PipelineSpecError("calibration runs the target model: name it", path=file, field="target")
+    if spec.calibrate.from_dump and not spec.target:
+        raise PipelineSpecError("importing a dump reads the target's config, final norm and lm_head: name it",
+                                path=file, field="target")
     if spec.push.enabled:
         if not spec.push.repo_id:
             raise PipelineSpecError("required when push is enabled (or set push.enabled: false)", path=file,
@@ -170,7 +187,8 @@ def _check(spec: PipelineSpec, file: str | None) -> PipelineSpec:
         if value is not None and not Path(value).expanduser().exists() and repo_id_problem(value):
             raise PipelineSpecError(f"{value!r} is no such folder, and {repo_id_problem(value)}", path=file,
                                     field=name)
-    for section, build in (("calibrate", calibrate_options), ("quantize", quantize_options),
+    for section, build in (("calibrate", calibrate_options), ("calibrate", import_options),
+                           ("quantize", quantize_options),
                            ("validate", validate_options), ("push", push_options)):
         try:       # every stage's options are checked before the first stage runs
             build(spec)
@@ -182,6 +200,14 @@ def _check(spec: PipelineSpec, file: str | None) -> PipelineSpec:
 
 def calibrate_options(spec: PipelineSpec, **runtime: Any) -> CalibrationOptions:
     return CalibrationOptions(**section_values(spec.calibrate), revision=spec.revision, **runtime)
+
+
+def import_options(spec: PipelineSpec, **runtime: Any) -> ImportOptions:
+    """The options of `calibrate.from_dump`'s import: the section's taps and engine, its format and layer ids."""
+    c = spec.calibrate
+    return ImportOptions(target=spec.target, engine=c.engine, tap_convention=c.tap_convention,
+                         aux_layer_ids=c.aux_layer_ids, revision=spec.revision,
+                         **{name: getattr(c, name) for name in IMPORT_FIELDS}, **runtime)
 
 
 def quantize_options(spec: PipelineSpec, **runtime: Any) -> QuantizeOptions:

@@ -83,3 +83,25 @@ def test_step_bytes_table_for_real_draft_shapes():
     assert llama["ptpc + 32K vocab"]["bytes"] == llama["ptpc"]["bytes"] < llama["bf16"]["bytes"]
     table = format_step_bytes(results)
     assert "kimi-k2.5" in table and "4.01 GB" in table and "0.360" in table
+
+
+def test_capture_line_reads_the_ratio_against_its_goal():
+    from bench.report import format_capture
+
+    run = {"target": {"layers": 4, "hidden": 256}, "samples": 16, "seq_len": 256, "generate_tokens": 32,
+           "device": "cpu", "torch_threads": 2, "tokens_per_s": 90.0, "bare_tokens_per_s": 100.0,
+           "capture_over_bare": 0.9, "goal": 0.8}
+    assert "90 tokens/s vs bare transformers 100 tokens/s = x0.90 (goal >= 0.8: met)" in format_capture(run)
+    assert "NOT met" in format_capture({**run, "capture_over_bare": 0.5})
+
+
+@pytest.mark.slow
+def test_calib_capture_bench_reports_both_runs():
+    from bench.calib_capture import main as capture_main
+
+    for generate in ("0", "4"):
+        result = capture_main(["--samples", "2", "--seq-len", "24", "--hidden", "64", "--generate-tokens", generate,
+                               "--repeat", "1"])
+        assert result["samples"] == 2 and result["bare_tokens"] == result["tokens"] > 0
+        assert result["capture_over_bare"] > 0 and len(result["bare_runs_s"]) == 2
+        assert (result["bare_forward_tokens_per_s"] is None) == (generate == "0")

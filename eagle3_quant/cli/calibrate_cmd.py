@@ -6,6 +6,7 @@ from typing import Annotated
 
 import typer
 
+from eagle3_quant.calib.dump_formats import DumpFormat
 from eagle3_quant.calib.engine_taps import Engine
 from eagle3_quant.calib.options import CalibrationOptions as C
 from eagle3_quant.calib.options import ImportOptions
@@ -35,8 +36,12 @@ def calibrate_command(
     data: Annotated[str | None, typer.Option(
         help="Prompts: a Hub dataset id or a local json/jsonl/parquet/arrow file or folder.")] = None,
     from_dump: Annotated[Path | None, typer.Option(
-        help="Import states captured elsewhere instead: a calibration-format folder or SpecForge data_*.ckpt "
-             "files (these need --target for its lm_head).")] = None,
+        help="Import states captured elsewhere instead: a calibration-format folder, SpecForge data_*.ckpt files, "
+             "vLLM extract_hidden_states files or speculators hs_{i}.safetensors (these need --target for its "
+             "final norm and lm_head).")] = None,
+    dump_format: Annotated[DumpFormat, typer.Option("--format", help=help_of(ImportOptions, "format"))]
+    = default(ImportOptions, "format"),
+    dump_layer_ids: Annotated[str | None, typer.Option(help=help_of(ImportOptions, "dump_layer_ids"))] = None,
     num_samples: Annotated[int, typer.Option(help=help_of(C, "num_samples"))] = default(C, "num_samples"),
     seq_len: Annotated[int, typer.Option(help=help_of(C, "seq_len"))] = default(C, "seq_len"),
     seed: Annotated[int, typer.Option(help=help_of(C, "seed"))] = default(C, "seed"),
@@ -72,7 +77,8 @@ def calibrate_command(
         from eagle3_quant.calib.importer import import_calibration
 
         options = ImportOptions(target=target, engine=engine.value if engine else None,
-                                tap_convention=tap_convention.value, aux_layer_ids=ids, force=force, revision=revision)
+                                tap_convention=tap_convention.value, aux_layer_ids=ids, force=force, revision=revision,
+                                format=dump_format.value, dump_layer_ids=_layer_ids(dump_layer_ids))
         result = import_calibration(from_dump, draft, out, options, progress=progress)
     else:
         from eagle3_quant.calib.api import calibrate_target

@@ -22,11 +22,17 @@ def run_command(
     from eagle3_quant.cli.render_publish import print_pipeline
     from eagle3_quant.pipeline import run_pipeline
 
+    result = run_pipeline(pipeline, [*(overrides or []), *flag_overrides(workdir, repo_id, dry_run, no_push)])
+    print_pipeline(result)
+    if not result.ok:
+        raise typer.Exit(2)
+
+
+def flag_overrides(workdir: str | None = None, repo_id: str | None = None, dry_run: bool = False,
+                   no_push: bool = False) -> list[str]:
+    """The `--set` overrides `run`'s own flags stand for."""
     flags = [f"workdir={workdir}"] if workdir else []
     flags += [f"push.repo_id={repo_id}"] if repo_id else []
     flags += ["push.dry_run=true"] if dry_run else []
     flags += ["push.enabled=false"] if no_push else []
-    result = run_pipeline(pipeline, [*(overrides or []), *flags])
-    print_pipeline(result)
-    if not result.ok:
-        raise typer.Exit(2)
+    return flags

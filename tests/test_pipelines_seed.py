@@ -1,0 +1,105 @@
+"""The seed's pipelines (pipelines/*.yaml) and `calibrate.from_dump`: each parses as `run --dry-run` reads it, each
+imports the serving engine's dump so its published draft carries a measured acceptance, and a pipeline that imports
+a vLLM dump runs end to end on the tiny pair."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from test_calib_engine_dump import write_dump
+
+from eagle3_quant.cli.run_cmd import flag_overrides
+from eagle3_quant.errors import PipelineSpecError
+from eagle3_quant.pipeline import run_pipeline
+from eagle3_quant.pipeline_spec import load_pipeline
+
+PIPELINES = sorted((Path(__file__).resolve().parents[1] / "pipelines").glob("*.yaml"))
+SEED = {"kimi-k2.5-eagle3-fp8": ("lightseekorg/kimi-k2.5-eagle3", "moonshotai/Kimi-K2.5"),
+        "kimi-k2.5-eagle3-mla-fp8": ("lightseekorg/kimi-k2.5-eagle3-mla", "moonshotai/Kimi-K2.5"),
+        "minimax-m2.5-eagle3-fp8": ("thoughtworks/MiniMax-M2.5-Eagle3", "MiniMaxAI/MiniMax-M2.5")}
+
+
+def test_the_seed_pipelines_are_all_there():
+    assert set(SEED) <= {p.stem for p in PIPELINES}
+
+
+@pytest.mark.parametrize("path", PIPELINES, ids=lambda p: p.stem)
+def test_every_pipeline_parses_as_run_dry_run_reads_it(path):
+    spec = load_pipeline(path, flag_overrides(dry_run=True))
+    assert spec.push.dry_run is True and spec.out == Path(spec.workdir) / "draft-fp8"
+    if path.stem in SEED:
+        assert (spec.source, spec.target) == SEED[path.stem] and spec.scheme == "ptpc_fp8"
+        assert spec.push.repo_id == f"ORG/{path.stem}" and spec.workdir == f"runs/{path.stem}"
+        # calibration is imported from the engine, so validate measures acceptance and the card carries it
+        assert spec.calibrate.from_dump == f"runs/{path.stem}/vllm-dump" and spec.calibrate.format == "vllm"
+        assert spec.calibrate.data is None and spec.validate.enabled
+
+
+def write_pipeline(tmp_path: Path, **calibrate) -> Path:
+    data = {"pipeline_version": 1, "source": "org/draft", "target": "org/target", "workdir": str(tmp_path / "w"),
+            "push": {"enabled": False}, "calibrate": calibrate}
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.mark.parametrize("calibrate, message", [
+    ({"data": "d.jsonl", "from_dump": "dump"}, "field 'calibrate.from_dump': set either data"),
+    ({"from_dump": "dump", "format": "pickle"}, "field 'calibrate.format': 'pickle' is not one of auto, calibration"),
+    ({"from_dump": "dump", "dump_layer_ids": "2,30"}, "field 'calibrate.dump_layer_ids': '2,30' is not a list"),
+])
+def test_from_dump_fields_are_checked(tmp_path, calibrate, message):
+    with pytest.raises(PipelineSpecError) as info:
+        load_pipeline(write_pipeline(tmp_path, **calibrate))
+    assert message in str(info.value)
+
+
+def test_from_dump_needs_the_target_and_satisfies_calibrated_options(tmp_path):
+    path = write_pipeline(tmp_path, from_dump="dump")
+    raw = yaml.safe_load(path.read_text())
+    raw.pop("target")
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(PipelineSpecError, match="field 'target': importing a dump reads the target's config"):
+        load_pipeline(path)
+    spec = load_pipeline(write_pipeline(tmp_path, from_dump="dump", dump_layer_ids=[2, 30, 58, 61]),
+                         ["scheme=fp8", "quantize.auto_exclude=0.02"])      # both need a calibration set
+    assert spec.calibrate.dump_layer_ids == (2, 30, 58, 61) and spec.scheme == "fp8"
+
+
+@pytest.mark.slow
+def test_pipeline_imports_a_vllm_dump_and_validates_with_it(tmp_path):
+    """The tiny real pair: a vLLM dump of the target's greedy continuations (include_output_tokens: the prompt and
+    the generated tokens but the last) is imported by the pipeline, and validate measures acceptance on it."""
+    import torch
+    from eagle3_quant.calib.engine_taps import engine_taps
+    from safetensors.torch import load_file
+    from tiny_pair_fixtures import PAIR, TinyPair
+
+    from eagle3_quant.reading.draft import read_draft
+
+    target = TinyPair(PAIR / "target", PAIR / "draft", None, None, None).load_target()
+    layers = len(target.model.layers)
+    taps = engine_taps(read_draft(PAIR / "draft").config, layers, "vllm").indices
+    prompts = load_file(PAIR / "heldout_prompts.safetensors")["prompts"].long()[:6, :24]
+    with torch.no_grad():
+        full = target.generate(prompts, attention_mask=torch.ones_like(prompts), max_new_tokens=24, do_sample=False,
+                               pad_token_id=0)
+    dump = write_dump(tmp_path / "dump", target, [row[:-1] for row in full], (*taps, layers))
+    data = {"pipeline_version": 1, "source": str(PAIR / "draft"), "target": str(PAIR / "target"),
+            "workdir": str(tmp_path / "w"), "push": {"enabled": False},
+            "calibrate": {"from_dump": str(dump), "format": "vllm"},
+            "validate": {"gates": {"min_acceptance_ratio": 0.9}}}      # 6 samples: a wide interval
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(data))
+    first = run_pipeline(path)
+    status = {s.name: s for s in first.stages}
+    assert status["calibrate"].status == "ran" and "6 samples" in status["calibrate"].detail
+    assert status["quantize"].status == "ran" and status["validate"].status == "ran", status["validate"].detail
+    from eagle3_quant.records.validation_report import read_validation
+
+    report = read_validation(first.spec.out)
+    assert report.passed and report.metrics["acceptance_ratio"] > 0.9     # measured on the imported set
+    again = {s.name: s for s in run_pipeline(path).stages}
+    assert again["calibrate"].status == "skipped" and "imported from" in again["calibrate"].detail
