@@ -11,6 +11,7 @@ from safetensors.torch import save_file
 
 from eagle3_quant.errors import DraftFormatError
 from eagle3_quant.reading.config import DraftConfig, parse_config
+from eagle3_quant.reading.families import MlaDims
 from eagle3_quant.reading.formats import DraftFormat
 from eagle3_quant.runtime.fp8_linear import Fp8Linear
 from eagle3_quant.runtime.model import Eagle3Draft
@@ -26,8 +27,12 @@ def new_draft_config(*, hidden_size: int, num_attention_heads: int, intermediate
                      rope_theta: float = 10000.0, rope_scaling: dict | None = None,
                      max_position_embeddings: int = 2048, norm_before_residual: bool = False,
                      norm_before_fc: bool = False, fc_norm: bool = False, norm_output: bool = False,
-                     attention_bias: bool = False, torch_dtype: str = "bfloat16") -> DraftConfig:
-    """A SpecForge-style (``LlamaForCausalLMEagle3``) config for a new draft, checked like a loaded one."""
+                     attention_bias: bool = False, torch_dtype: str = "bfloat16",
+                     mla: MlaDims | None = None, mla_model_type: str = "deepseek_v3") -> DraftConfig:
+    """A SpecForge-style (``LlamaForCausalLMEagle3``) config for a new draft, checked like a loaded one.
+
+    With `mla`: an MLA draft (``Eagle3DeepseekV2ForCausalLM``, `mla_model_type` deepseek_v3 or kimi_k2) with
+    those MLA dims, the config vLLM's deepseek_eagle3.py reads (no ``head_dim``: MLA heads have their own)."""
     raw = {
         "architectures": ["LlamaForCausalLMEagle3"],
         "model_type": "llama",
@@ -51,6 +56,12 @@ def new_draft_config(*, hidden_size: int, num_attention_heads: int, intermediate
                 "norm_before_residual": norm_before_residual, "norm_before_fc": norm_before_fc,
                 "fc_norm": fc_norm, "norm_output": norm_output, "attention_bias": attention_bias}
     raw.update({k: v for k, v in optional.items() if v})
+    if mla is not None:
+        del raw["head_dim"]
+        raw.update(architectures=["Eagle3DeepseekV2ForCausalLM"], model_type=mla_model_type,
+                   q_lora_rank=mla.q_lora_rank, kv_lora_rank=mla.kv_lora_rank,
+                   qk_nope_head_dim=mla.qk_nope_head_dim, qk_rope_head_dim=mla.qk_rope_head_dim,
+                   v_head_dim=mla.v_head_dim)
     return parse_config(raw, DraftFormat.SPECFORGE, Path("<new draft config>"))
 
 
