@@ -14,6 +14,7 @@ import torch
 from eagle3_quant.calib.format import load_calibration
 from eagle3_quant.validate.api import validate_draft
 from eagle3_quant.validate.report import Gates
+from eagle3_quant.validate.vllm_load import vllm_missing_reason
 from safetensors import safe_open
 from safetensors.torch import load_file
 from tiny_pair_fixtures import CALIB_PROMPTS, NEW_TOKENS, PAIR, K, fixture_module
@@ -46,9 +47,9 @@ def mla_config(**changes):
 def test_new_mla_draft_config_is_the_class_vllm_loads():
     cfg = mla_config()
     assert cfg.family is DraftFamily.MLA and cfg.mla == TINY_MLA
-    assert cfg.raw["architectures"] == ["Eagle3DeepseekV2ForCausalLM"] and cfg.raw["model_type"] == "deepseek_v3"
+    assert cfg.raw["architectures"] == ["Eagle3DeepseekV2ForCausalLM"] and cfg.raw["model_type"] == "kimi_k2"
     assert "head_dim" not in cfg.raw
-    assert mla_config(mla_model_type="kimi_k2").raw["model_type"] == "kimi_k2"
+    assert mla_config(mla_model_type="deepseek_v3").raw["model_type"] == "deepseek_v3"
 
 
 def test_an_mla_draft_trains_with_the_rollout_and_saves_in_vllms_names(tmp_path):
@@ -149,6 +150,8 @@ def test_fp8_mla_draft_acceptance_is_measured_with_its_interval(report, mla_fp8)
     assert status["acceptance_ratio"] == ("passed" if m["acceptance_ratio"] >= 0.99 else "failed")
     assert status["top1_agreement"] == ("passed" if m["top1_agreement"] >= 0.95 else "failed")
     assert {c.name for c in report.failed_checks} <= {"acceptance_ratio", "top1_agreement"}
+    # vLLM 0.33's own MLA Eagle3 class loads and runs it (model_type kimi_k2; deepseek_v3 becomes an MTP draft)
+    assert status["vllm_load"] == ("skipped" if vllm_missing_reason() else "passed"), report.check("vllm_load").detail
     with safe_open(str(next(mla_fp8.glob("*.safetensors"))), framework="pt") as fh:
         dtypes = {n.removesuffix(".weight"): fh.get_slice(n).get_dtype() for n in fh.keys() if n.endswith(".weight")}
     attn = "midlayer.self_attn."

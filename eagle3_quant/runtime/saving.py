@@ -28,11 +28,12 @@ def new_draft_config(*, hidden_size: int, num_attention_heads: int, intermediate
                      max_position_embeddings: int = 2048, norm_before_residual: bool = False,
                      norm_before_fc: bool = False, fc_norm: bool = False, norm_output: bool = False,
                      attention_bias: bool = False, torch_dtype: str = "bfloat16",
-                     mla: MlaDims | None = None, mla_model_type: str = "deepseek_v3") -> DraftConfig:
+                     mla: MlaDims | None = None, mla_model_type: str = "kimi_k2") -> DraftConfig:
     """A SpecForge-style (``LlamaForCausalLMEagle3``) config for a new draft, checked like a loaded one.
 
-    With `mla`: an MLA draft (``Eagle3DeepseekV2ForCausalLM``, `mla_model_type` deepseek_v3 or kimi_k2) with
-    those MLA dims, the config vLLM's deepseek_eagle3.py reads (no ``head_dim``: MLA heads have their own)."""
+    With `mla`: an MLA draft (``Eagle3DeepseekV2ForCausalLM``; `mla_model_type` kimi_k2, the type vLLM 0.33
+    serves as Eagle3, or deepseek_v3) with those MLA dims, the config vLLM's deepseek_eagle3.py reads (no
+    ``head_dim``: MLA heads have their own)."""
     raw = {
         "architectures": ["LlamaForCausalLMEagle3"],
         "model_type": "llama",
