@@ -1,4 +1,6 @@
-"""Simulated acceptance of greedy draft chains against the target's own next tokens.
+"""Simulated acceptance of greedy draft chains against the target's own next tokens, and a candidate draft
+run against its reference on a calibration set (``calibration_fidelity``): shared by `validate` and by
+`quantize --scheme auto`.
 
 Alignment is the calibration set's (``calib/format.py``): the chain started at position t reads the token
 at t+1, and its step j (0-based) proposes the token at t+2+j, which the target predicted as
@@ -13,10 +15,15 @@ whose first j+1 steps were all accepted.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
+
+from eagle3_quant.runtime.drafting import draft_inputs
+from eagle3_quant.runtime.model import Eagle3Draft
 
 BOOTSTRAP_RESAMPLES = 2000
 
@@ -95,3 +102,72 @@ def paired_ratio(reference: Sequence[torch.Tensor], candidate: Sequence[torch.Te
     tail = (1 - confidence) / 2
     low, high = torch.quantile(boot, torch.tensor([tail, 1 - tail], dtype=torch.float64)).tolist()
     return PairedRatio(ratio, low, high, confidence, BOOTSTRAP_RESAMPLES)
+
+
+class CalibrationSample(Protocol):
+    input_ids: torch.Tensor
+    aux_hidden_states: torch.Tensor
+    target_next_ids: torch.Tensor
+
+
+class CalibrationSamples(Protocol):
+    """What the fidelity run reads of a calibration set (``calib.format.CalibrationSet``)."""
+
+    def samples(self) -> Iterable[CalibrationSample]: ...
+
+
+@dataclass(frozen=True)
+class Fidelity:
+    positions: int
+    top1_agreement: float
+    kl: float
+    reference: AcceptanceStats
+    candidate: AcceptanceStats
+    ratio: PairedRatio | None
+
+    def metrics(self) -> dict:
+        m = {"k": self.reference.k, "drafts": self.reference.drafts, "positions": self.positions,
+             "top1_agreement": self.top1_agreement, "kl": self.kl,
+             "acceptance_length_bf16": self.reference.acceptance_length,
+             "acceptance_length_fp8": self.candidate.acceptance_length,
+             "per_position_acceptance_bf16": list(self.reference.per_position),
+             "per_position_acceptance_fp8": list(self.candidate.per_position)}
+        if self.ratio is not None:
+            m.update({"acceptance_ratio": self.ratio.ratio,
+                      "acceptance_ratio_interval": [self.ratio.low, self.ratio.high],
+                      "acceptance_ratio_confidence": self.ratio.confidence,
+                      "acceptance_ratio_method": self.ratio.to_dict()["method"]})
+        return m
+
+
+@torch.no_grad()
+def calibration_fidelity(candidate: Eagle3Draft, reference: Eagle3Draft, calib: CalibrationSamples, k: int,
+                         max_samples: int | None = None) -> Fidelity:
+    """Both drafts on every calibration sample: step-0 logits compared at every position, and greedy k-step
+    chains judged against the target's next tokens on the same starts."""
+    device = reference.fc.weight.device
+    agree = kl_sum = positions = 0.0
+    accepted_ref, accepted_cand = [], []
+    for index, sample in enumerate(calib.samples()):
+        if max_samples is not None and index >= max_samples:
+            break
+        ids, aux, _ = draft_inputs(sample.input_ids, sample.aux_hidden_states, sample.target_next_ids)
+        ids, aux = ids.to(device), aux.to(device)
+        ref = reference.propose_all(ids, aux, k, return_logits=True)
+        cand = candidate.propose_all(ids, aux, k, return_logits=True)
+        if ref.logits.shape[-1] == cand.logits.shape[-1]:
+            log_ref = torch.log_softmax(ref.logits[0, :, 0].float(), dim=-1)
+            log_cand = torch.log_softmax(cand.logits[0, :, 0].float(), dim=-1)
+            kl_sum += float((log_ref.exp() * (log_ref - log_cand)).sum())
+            agree += float((log_ref.argmax(-1) == log_cand.argmax(-1)).sum())
+        else:   # a pruned vocabulary: no KL between different supports; top-1 compared as target ids
+            kl_sum = math.nan
+            agree += float((ref.target_ids[0, :, 0] == cand.target_ids[0, :, 0]).sum())
+        positions += ref.target_ids.shape[1]
+        starts = valid_starts(sample.input_ids, sample.target_next_ids, k)
+        accepted_ref.append(accepted_counts(ref.target_ids[0].cpu(), sample.target_next_ids, starts))
+        accepted_cand.append(accepted_counts(cand.target_ids[0].cpu(), sample.target_next_ids, starts))
+    ref_stats, cand_stats = acceptance_stats(accepted_ref, k), acceptance_stats(accepted_cand, k)
+    ratio = paired_ratio(accepted_ref, accepted_cand) if ref_stats.drafts else None
+    return Fidelity(int(positions), agree / positions if positions else math.nan,
+                    kl_sum / positions if positions else math.nan, ref_stats, cand_stats, ratio)
