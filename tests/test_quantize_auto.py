@@ -176,3 +176,34 @@ def test_tiny_pair_gate_no_candidate_keeps(tiny_pair, auto_on_tiny_pair, tmp_pat
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and f"{best:.4f}" in err and "nothing written" in err
     assert not (tmp_path / "out").exists() and not list(tmp_path.iterdir())
+
+
+def auto_pipeline(tmp_path: Path, **quantize) -> Path:
+    import yaml
+
+    data = {"pipeline_version": 1, "source": "org/draft", "target": "org/target", "scheme": "auto",
+            "workdir": str(tmp_path / "work"), "push": {"enabled": False},
+            "calibrate": {"data": "org/chats"}, "quantize": quantize}
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_pipeline_scheme_auto_reaches_quantize_options(tmp_path: Path):
+    import yaml
+
+    from eagle3_quant.errors import PipelineSpecError
+    from eagle3_quant.pipeline_spec import load_pipeline, quantize_options
+
+    spec = load_pipeline(auto_pipeline(tmp_path, min_acceptance_ratio=0.98, engine="vllm"))
+    options = quantize_options(spec)
+    assert (options.scheme, options.calib, options.min_acceptance_ratio, options.engine) == (
+        "auto", spec.calib, 0.98, "vllm")
+    with pytest.raises(PipelineSpecError, match=r"field 'quantize.min_acceptance_ratio': must be in \(0, 1\]"):
+        load_pipeline(auto_pipeline(tmp_path, min_acceptance_ratio=1.5))
+    path = auto_pipeline(tmp_path)
+    data = yaml.safe_load(path.read_text())
+    del data["calibrate"]
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(PipelineSpecError, match="field 'calibrate.data': scheme 'auto' needs calibration data"):
+        load_pipeline(path)
