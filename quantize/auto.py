@@ -4,8 +4,10 @@ and pick the cheapest draft step that keeps the acceptance gate.
 Each candidate runs in memory, with no file written: the BF16 draft with the plan's linears replaced by the
 FP8 weights and scales Quark writes for them, bit for bit (``sensitivity.fp8_versions``, vLLM's math), and
 for a pruned vocabulary ``lm_head`` sliced and ``d2t`` rebuilt exactly as ``--draft-vocab`` writes them
-(``vocab_prune.choose_vocab`` on the same counts). Acceptance is ``runtime.acceptance.calibration_fidelity``
-against the unpruned BF16 draft, the function `validate` runs on the written artifact, in the same dtype.
+(``vocab_prune.choose_vocab`` on the same counts). Acceptance is the simulation `validate` runs on the written
+artifact (``runtime.acceptance``: the same chains, starts, counts and paired bootstrap as
+``calibration_fidelity``), against the unpruned BF16 draft in the same dtype; the reference's chains are drafted
+once and paired with every candidate.
 
 The gate is on the point ratio (acceptance length candidate / BF16 >= ``min_acceptance_ratio``), as
 `validate`'s acceptance_ratio gate; the 95% interval is measured and recorded beside it. A pruned vocabulary
@@ -38,7 +40,13 @@ from eagle3_quant.plan import make_plan
 from eagle3_quant.reading.draft import DraftCheckpoint
 from eagle3_quant.records.auto_choice import GATE_RULE, AutoCandidateRecord, AutoChoiceRecord
 from eagle3_quant.records.public_names import public_name
-from eagle3_quant.runtime.acceptance import Fidelity, calibration_fidelity
+from eagle3_quant.runtime.acceptance import (
+    AcceptanceStats,
+    PairedRatio,
+    acceptance_stats,
+    chain_acceptance,
+    paired_ratio,
+)
 from eagle3_quant.schemes import get_scheme
 
 AUTO_K = CALIBRATION_STEPS      # draft steps per chain: vLLM's usual num_speculative_tokens, validate's default k
@@ -47,12 +55,14 @@ AUTO_K = CALIBRATION_STEPS      # draft steps per chain: vLLM's usual num_specul
 @dataclass(frozen=True)
 class Measured:
     candidate: Candidate
-    fidelity: Fidelity
+    reference: AcceptanceStats
+    stats: AcceptanceStats
+    paired: PairedRatio | None
     coverage: float | None
 
     @property
     def ratio(self) -> float | None:
-        return self.fidelity.ratio.ratio if self.fidelity.ratio is not None else None
+        return self.paired.ratio if self.paired is not None else None
 
     def keeps(self, gate: float) -> bool:
         return self.ratio is not None and not math.isnan(self.ratio) and self.ratio >= gate
@@ -97,6 +107,8 @@ def measure_ladder(draft: DraftCheckpoint, ladder: Ladder, calib_path: Path, cal
     twins: dict[str, dict[str, torch.nn.Module]] = {}
     current = current_target_ids(draft)
     total = int(counts.sum())
+    accepted_ref = chain_acceptance(reference, calibration, AUTO_K)
+    ref_stats = acceptance_stats(accepted_ref, AUTO_K)
     measured = []
     for cand in ladder.candidates:
         if progress is not None:
@@ -122,10 +134,11 @@ def measure_ladder(draft: DraftCheckpoint, ladder: Ladder, calib_path: Path, cal
             swaps.set("d2t", kept_targets - torch.arange(cand.draft_vocab, device=keep.device))
             coverage = int(counts[kept_targets.cpu()].sum()) / total
         try:
-            fidelity = calibration_fidelity(candidate_runtime, reference, calibration, AUTO_K)
+            accepted = chain_acceptance(candidate_runtime, calibration, AUTO_K)
         finally:
             swaps.restore()
-        measured.append(Measured(cand, fidelity, coverage))
+        paired = paired_ratio(accepted_ref, accepted) if ref_stats.drafts else None
+        measured.append(Measured(cand, ref_stats, acceptance_stats(accepted, AUTO_K), paired, coverage))
     return measured
 
 
@@ -140,7 +153,7 @@ def choose(measured: list[Measured], gate: float) -> Measured:
                                   "of the target, so no acceptance ratio could be measured (calibrate with "
                                   "generated tokens)", field="calib")
     best = max(rated, key=lambda m: m.ratio)
-    low, high = best.fidelity.ratio.low, best.fidelity.ratio.high
+    low, high = best.paired.low, best.paired.high
     raise AcceptanceGateError(f"--scheme auto: no candidate keeps --min-acceptance-ratio {gate}; the best, "
                               f"{best.candidate.name}, has {best.ratio:.4f} (95% CI {low:.4f}..{high:.4f}); "
                               "nothing written", field="min_acceptance_ratio")
@@ -150,7 +163,7 @@ def auto_record(ladder: Ladder, measured: list[Measured], chosen: Measured, gate
                 calib_path: Path, seconds: float) -> AutoChoiceRecord:
     rows = []
     for m in measured:
-        c, r = m.candidate, m.fidelity.ratio
+        c, r = m.candidate, m.paired
         rows.append(AutoCandidateRecord(
             name=c.name, scheme=c.scheme, draft_vocab=c.draft_vocab, quantize_fc=c.quantize_fc,
             step_bytes=c.step_bytes, step_bytes_over_bf16=c.step_bytes / ladder.bf16_step_bytes,
@@ -159,7 +172,7 @@ def auto_record(ladder: Ladder, measured: list[Measured], chosen: Measured, gate
             chosen=m is chosen))
     return AutoChoiceRecord(
         min_acceptance_ratio=gate, gate=GATE_RULE, engine=engine, k=AUTO_K, calibration=public_name(calib_path),
-        drafts=chosen.fidelity.reference.drafts, acceptance_length_bf16=chosen.fidelity.reference.acceptance_length,
+        drafts=chosen.reference.drafts, acceptance_length_bf16=chosen.reference.acceptance_length,
         bf16_step_bytes=ladder.bf16_step_bytes, candidates=rows, chosen=chosen.candidate.name, seconds=seconds,
         skipped=list(ladder.skipped))
 

@@ -207,3 +207,29 @@ def test_pipeline_scheme_auto_reaches_quantize_options(tmp_path: Path):
     path.write_text(yaml.safe_dump(data))
     with pytest.raises(PipelineSpecError, match="field 'calibrate.data': scheme 'auto' needs calibration data"):
         load_pipeline(path)
+
+
+def test_reference_once_pairs_as_calibration_fidelity(quantized_tiny, tmp_path: Path):
+    """`--scheme auto` drafts the reference once (`chain_acceptance`) and pairs it with each candidate: the
+    ratio, its interval and the stats equal `calibration_fidelity`'s, which `validate` runs."""
+    from eagle3_quant.calib.format import load_calibration
+
+    from eagle3_quant.runtime.acceptance import (
+        acceptance_stats,
+        calibration_fidelity,
+        chain_acceptance,
+        paired_ratio,
+    )
+    from eagle3_quant.runtime.loading import load_draft
+
+    src, out = quantized_tiny()
+    cal = load_calibration(write_calibration(tmp_path / "cal", write_target(tmp_path / "target"), samples=4))
+    ref, cand = load_draft(src, "cpu", torch.float32), load_draft(out, "cpu", torch.float32)
+    for draft in (ref, cand):
+        draft.set_embedding(torch.randn(512, 64, generator=torch.Generator().manual_seed(1)))
+    whole = calibration_fidelity(cand, ref, cal, 3)
+    accepted_ref, accepted_cand = chain_acceptance(ref, cal, 3), chain_acceptance(cand, cal, 3)
+    assert whole.reference.drafts > 0
+    assert paired_ratio(accepted_ref, accepted_cand) == whole.ratio
+    assert acceptance_stats(accepted_ref, 3) == whole.reference
+    assert acceptance_stats(accepted_cand, 3) == whole.candidate

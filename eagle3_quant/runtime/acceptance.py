@@ -171,3 +171,21 @@ def calibration_fidelity(candidate: Eagle3Draft, reference: Eagle3Draft, calib: 
     ratio = paired_ratio(accepted_ref, accepted_cand) if ref_stats.drafts else None
     return Fidelity(int(positions), agree / positions if positions else math.nan,
                     kl_sum / positions if positions else math.nan, ref_stats, cand_stats, ratio)
+
+
+@torch.no_grad()
+def chain_acceptance(draft: Eagle3Draft, calib: CalibrationSamples, k: int,
+                     max_samples: int | None = None) -> list[torch.Tensor]:
+    """Accepted steps per valid chain start, one tensor per sample: the acceptance half of
+    `calibration_fidelity` for one draft, so a reference measured once can be paired with many candidates
+    (``paired_ratio(reference, candidate)``); the same chains, starts and counts as there."""
+    device = draft.fc.weight.device
+    accepted = []
+    for index, sample in enumerate(calib.samples()):
+        if max_samples is not None and index >= max_samples:
+            break
+        ids, aux, _ = draft_inputs(sample.input_ids, sample.aux_hidden_states, sample.target_next_ids)
+        proposal = draft.propose_all(ids.to(device), aux.to(device), k)
+        starts = valid_starts(sample.input_ids, sample.target_next_ids, k)
+        accepted.append(accepted_counts(proposal.target_ids[0].cpu(), sample.target_next_ids, starts))
+    return accepted
