@@ -1,6 +1,6 @@
 """Wall time of `eagle3-quant quantize --scheme auto` on the committed tiny real pair (tests/fixtures/tiny_pair).
 
-The calibration set is the target's greedy continuations of the first 128 held-out prompts (48 new tokens, as the
+The calibration set is the target's greedy continuations of the first 32 held-out prompts (48 new tokens, as the
 tests make it), built once into the cache folder. The quantize run is one measured child process:
 ``python -m bench.auto_choice``.
 """
@@ -18,7 +18,7 @@ from bench.drafts import DEFAULT_CACHE
 from bench.measure import run_measured
 
 PAIR = REPO / "tests" / "fixtures" / "tiny_pair"
-PROMPTS, NEW_TOKENS = 128, 48
+PROMPTS, NEW_TOKENS = 32, 48
 
 
 def tiny_pair_calibration(cache: Path) -> Path:

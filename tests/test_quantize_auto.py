@@ -105,22 +105,44 @@ def test_no_measurable_chain_exits_1_and_writes_nothing(tmp_path: Path, capsys):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cal", "src", "target"]
 
 
+AUTO_PROMPTS = 16      # the target's greedy continuations of 16 held-out prompts: ~800 chains, 9 draft passes each
+
+
 @pytest.fixture(scope="module")
-def auto_on_tiny_pair(tiny_pair, tmp_path_factory):
-    """One `quantize --scheme auto` through the CLI on the tiny real pair: (out, stdout, manifest)."""
+def auto_pair(tmp_path_factory):
+    """The tiny real pair with a small calibration set of the target's own greedy continuations."""
+    from safetensors.torch import load_file
+    from tiny_pair_fixtures import NEW_TOKENS, PAIR, TinyPair, fixture_module
+
+    capture = fixture_module("tiny_capture")
+    root = tmp_path_factory.mktemp("auto-pair")
+    prompts = load_file(PAIR / "heldout_prompts.safetensors")["prompts"].long()
+    pair = TinyPair(PAIR / "target", PAIR / "draft", root / "unused", root / "calib", prompts)
+    capture.write_calibration(capture.greedy_samples(pair.load_target(), prompts[:AUTO_PROMPTS], NEW_TOKENS),
+                              pair.calib, str(pair.target))
+    return pair
+
+
+@pytest.fixture(scope="module")
+def auto_on_tiny_pair(auto_pair, tmp_path_factory):
+    """One `quantize --scheme auto` through the CLI on the tiny real pair: (out, manifest, stdout)."""
+    import contextlib
+    import io
+
     out = tmp_path_factory.mktemp("auto") / "auto"
-    with pytest.raises(SystemExit) as exit_:
-        main(["quantize", str(tiny_pair.draft), str(out), "--scheme", "auto", "--calib", str(tiny_pair.calib),
+    printed = io.StringIO()
+    with pytest.raises(SystemExit) as exit_, contextlib.redirect_stdout(printed):
+        main(["quantize", str(auto_pair.draft), str(out), "--scheme", "auto", "--calib", str(auto_pair.calib),
               "--device", "cpu"])
-    assert exit_.value.code == 0
-    return out, Manifest.read(out)
+    assert exit_.value.code == 0, printed.getvalue()
+    return out, Manifest.read(out), printed.getvalue()
 
 
 @pytest.mark.slow
-def test_tiny_pair_auto_picks_the_cheapest_that_keeps_the_gate(auto_on_tiny_pair, tiny_pair, capsys):
+def test_tiny_pair_auto_picks_the_cheapest_that_keeps_the_gate(auto_on_tiny_pair, auto_pair):
     from eagle3_quant.validate.api import validate_draft
 
-    out, manifest = auto_on_tiny_pair
+    out, manifest, _ = auto_on_tiny_pair
     record = manifest.auto_choice
     rows = record.candidates
     assert [r.step_bytes for r in rows] == sorted(r.step_bytes for r in rows)
@@ -135,8 +157,8 @@ def test_tiny_pair_auto_picks_the_cheapest_that_keeps_the_gate(auto_on_tiny_pair
     assert manifest.scheme.name == chosen.scheme
     assert (manifest.vocab_pruning or {}).get("draft_vocab") == chosen.draft_vocab
     config = json.loads((out / "config.json").read_text())
-    assert config["draft_vocab_size"] == chosen.draft_vocab or 768
-    report = validate_draft(out, reference=tiny_pair.draft, calib=tiny_pair.calib, target=tiny_pair.target,
+    assert config["draft_vocab_size"] == (chosen.draft_vocab or 768)
+    report = validate_draft(out, reference=auto_pair.draft, calib=auto_pair.calib, target=auto_pair.target,
                             kernel=False, vllm=False, sglang=False)
     measured = report.metrics["acceptance_ratio"]
     assert measured == pytest.approx(chosen.acceptance_ratio, abs=1e-9)     # same simulation, same weights
@@ -151,10 +173,11 @@ def test_tiny_pair_auto_picks_the_cheapest_that_keeps_the_gate(auto_on_tiny_pair
 
 
 @pytest.mark.slow
-def test_tiny_pair_auto_table_in_cli_and_card(auto_on_tiny_pair, capsys):
+def test_tiny_pair_auto_table_in_cli_and_card(auto_on_tiny_pair):
     from eagle3_quant.export.card import build_card
 
-    out, manifest = auto_on_tiny_pair
+    out, manifest, printed = auto_on_tiny_pair
+    assert "acceptance ratio (95% CI)" in printed and f"chose {manifest.auto_choice.chosen}" in printed
     card = build_card(out).text
     chosen = manifest.auto_choice.chosen_candidate
     assert "### How this candidate was chosen" in card and "acceptance ratio (95% CI)" in card
@@ -163,15 +186,15 @@ def test_tiny_pair_auto_table_in_cli_and_card(auto_on_tiny_pair, capsys):
 
 
 @pytest.mark.slow
-def test_tiny_pair_gate_no_candidate_keeps(tiny_pair, auto_on_tiny_pair, tmp_path: Path, capsys):
-    _, manifest = auto_on_tiny_pair
+def test_tiny_pair_gate_no_candidate_keeps(auto_pair, auto_on_tiny_pair, tmp_path: Path, capsys):
+    _, manifest, _ = auto_on_tiny_pair
     best = max(r.acceptance_ratio for r in manifest.auto_choice.candidates)
     if best >= 1.0:
         pytest.skip(f"a candidate drafts at least as well as the BF16 draft (ratio {best:.4f}): no gate in (0, 1] "
                     "refuses it")
     with pytest.raises(SystemExit) as exit_:
-        main(["quantize", str(tiny_pair.draft), str(tmp_path / "out"), "--scheme", "auto", "--calib",
-              str(tiny_pair.calib), "--device", "cpu", "--min-acceptance-ratio", "1.0"])
+        main(["quantize", str(auto_pair.draft), str(tmp_path / "out"), "--scheme", "auto", "--calib",
+              str(auto_pair.calib), "--device", "cpu", "--min-acceptance-ratio", "1.0"])
     assert exit_.value.code == 1
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and f"{best:.4f}" in err and "nothing written" in err
