@@ -18,6 +18,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from bench.auto_choice import bench_auto_choice, format_auto_choice
 from bench.contenders import (
     CONTENDERS,
     IMPORT_CODE,
@@ -179,6 +180,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         results["quark_import"] = bench_quark_import(args.repeat or 3)
         results["throughput"] = bench_throughput(args.shapes, args.cache)
         results["calib_capture"] = bench_calib_capture()
+        results["auto_choice"] = bench_auto_choice(args.cache)
     results["targets"] = check_targets(results)
     results["machine"]["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     results["seconds"] = round(time.perf_counter() - started, 1)
@@ -191,6 +193,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print(format_breakdowns(results))
     print()
     print(format_extras(results))
+    if "auto_choice" in results:
+        print(format_auto_choice(results["auto_choice"]))
     print(f"\nwrote {args.out}")
     return results
 

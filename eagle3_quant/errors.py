@@ -131,3 +131,9 @@ class PipelineSpecError(Eagle3QuantError, ValueError):
 
 class EstimateInputError(Eagle3QuantError, ValueError):
     """A speedup estimate lacks an input or got a bad one (report without acceptance, non-positive time)."""
+
+
+class AcceptanceGateError(Eagle3QuantError, RuntimeError):
+    """`quantize --scheme auto`: no candidate keeps the acceptance gate (a failed gate: exit 1, nothing written)."""
+
+    exit_code = 1

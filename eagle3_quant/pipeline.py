@@ -22,6 +22,7 @@ from eagle3_quant.pipeline_spec import (
     quantize_options,
     validate_options,
 )
+from eagle3_quant.quantize.options import AUTO_SCHEME
 from eagle3_quant.reading.source import REPO_ID
 from eagle3_quant.records.manifest import MANIFEST_NAME, Manifest
 
@@ -97,22 +98,30 @@ def _existing_output_problem(spec: PipelineSpec) -> str | None:
     manifest = Manifest.read(spec.out)
     source = manifest.source
     local = recorded_source_path(spec.out) or Path(source.path)   # the manifest names only the folder
-    if manifest.scheme.name != spec.scheme:
-        return f"scheme was {manifest.scheme.name}"
+    scheme, quantize_fc, draft_vocab = spec.scheme, spec.quantize.quantize_fc, spec.quantize.draft_vocab
+    auto = manifest.auto_choice
+    if spec.scheme == AUTO_SCHEME:     # the recorded choice stands while the gate and the engines are the same
+        if auto is None:
+            return f"scheme was {manifest.scheme.name}, not {AUTO_SCHEME}"
+        if (auto.min_acceptance_ratio, auto.engine) != (spec.quantize.min_acceptance_ratio, spec.quantize.engine):
+            return f"the auto gate was {auto.min_acceptance_ratio} for {auto.engine}"
+        chosen = auto.chosen_candidate
+        scheme, quantize_fc, draft_vocab = chosen.scheme, chosen.quantize_fc, chosen.draft_vocab
+    elif auto is not None or manifest.scheme.name != spec.scheme:
+        return f"scheme was {AUTO_SCHEME if auto is not None else manifest.scheme.name}"
     same_source = (source.repo_id == spec.source if _is_hub_id(spec.source)
                    else local.resolve() == Path(spec.source).resolve())
     if not same_source or (spec.revision and source.revision != spec.revision):
         return f"made from {manifest.source_name}"
     if not local.is_dir():
         return "its source folder is gone"
-    plan = make_plan(read_draft(local), get_scheme(spec.scheme), spec.quantize.exclude or None,
-                     spec.quantize.quantize_fc)
+    plan = make_plan(read_draft(local), get_scheme(scheme), spec.quantize.exclude or None, quantize_fc)
     recorded = {d.module: d.quantized for d in manifest.layers}
     threshold = (manifest.sensitivity or {}).get("threshold")
     if threshold != spec.quantize.auto_exclude:
         return f"auto_exclude was {threshold}"
     pruned_to = (manifest.vocab_pruning or {}).get("draft_vocab")
-    if pruned_to != spec.quantize.draft_vocab:
+    if pruned_to != draft_vocab:
         return f"draft_vocab was {pruned_to}"
     auto_kept = {d.module for d in manifest.layers if d.reason.startswith("auto-exclude")}
     if any(recorded.get(d.module) != d.quantize for d in plan.decisions if d.module not in auto_kept):

@@ -16,7 +16,7 @@ from typing import Any
 from eagle3_quant.calib.options import CalibrationOptions, ImportOptions
 from eagle3_quant.errors import Eagle3QuantError, PipelineSpecError
 from eagle3_quant.export.options import PushOptions
-from eagle3_quant.quantize.options import QuantizeOptions
+from eagle3_quant.quantize.options import AUTO_SCHEME, QuantizeOptions
 from eagle3_quant.reading.limits import MAX_YAML_BYTES, load_yaml_text, read_limited_text
 from eagle3_quant.reading.repo_ids import repo_id_problem
 from eagle3_quant.schemes import DEFAULT_SCHEME, SCHEMES
@@ -152,14 +152,14 @@ def _check(spec: PipelineSpec, file: str | None) -> PipelineSpec:
     if spec.pipeline_version != PIPELINE_VERSION:
         raise PipelineSpecError(f"version {spec.pipeline_version} is not supported (this tool reads "
                                 f"{PIPELINE_VERSION})", path=file, field="pipeline_version")
-    if spec.scheme not in SCHEMES:
-        raise PipelineSpecError(f"unknown scheme {spec.scheme!r}; valid schemes: {', '.join(SCHEMES)}", path=file,
-                                field="scheme")
+    if spec.scheme not in SCHEMES and spec.scheme != AUTO_SCHEME:
+        raise PipelineSpecError(f"unknown scheme {spec.scheme!r}; valid schemes: {', '.join(SCHEMES)}, "
+                                f"{AUTO_SCHEME}", path=file, field="scheme")
     has_calib = bool(spec.calibrate.data or spec.calibrate.from_dump)
     if spec.calibrate.data and spec.calibrate.from_dump:
         raise PipelineSpecError("set either data (capture with transformers) or from_dump (import an engine's "
                                 "dump), not both", path=file, field="calibrate.from_dump")
-    if SCHEMES[spec.scheme].needs_calibration and not has_calib:
+    if _needs_calibration(spec.scheme) and not has_calib:
         raise PipelineSpecError(f"scheme {spec.scheme!r} needs calibration data", path=file, field="calibrate.data")
     if spec.quantize.auto_exclude is not None and not has_calib:
         raise PipelineSpecError("auto_exclude measures sensitivity on calibration data: set calibrate.data",
@@ -198,6 +198,10 @@ def _check(spec: PipelineSpec, file: str | None) -> PipelineSpec:
     return spec
 
 
+def _needs_calibration(scheme: str) -> bool:
+    return scheme == AUTO_SCHEME or SCHEMES[scheme].needs_calibration
+
+
 def calibrate_options(spec: PipelineSpec, **runtime: Any) -> CalibrationOptions:
     return CalibrationOptions(**section_values(spec.calibrate), revision=spec.revision, **runtime)
 
@@ -212,7 +216,7 @@ def import_options(spec: PipelineSpec, **runtime: Any) -> ImportOptions:
 
 def quantize_options(spec: PipelineSpec, **runtime: Any) -> QuantizeOptions:
     """The quantize stage's options; `calib` is the workdir's set when the scheme or auto_exclude needs one."""
-    needs_calib = (SCHEMES[spec.scheme].needs_calibration or spec.quantize.auto_exclude is not None
+    needs_calib = (_needs_calibration(spec.scheme) or spec.quantize.auto_exclude is not None
                    or spec.quantize.draft_vocab is not None)
     return QuantizeOptions(**section_values(spec.quantize), scheme=spec.scheme, revision=spec.revision,
                            calib=spec.calib if needs_calib else None, **runtime)

@@ -10,7 +10,7 @@ from pathlib import Path
 from eagle3_quant.quantize.checks import check_resources, check_vocab_map
 from eagle3_quant.quantize.export_config import rewrite_config
 from eagle3_quant.quantize.finite_scan import scan_source
-from eagle3_quant.quantize.options import QuantizeOptions
+from eagle3_quant.quantize.options import AUTO_SCHEME, QuantizeOptions
 from eagle3_quant.quantize.quark_import import import_quark_in_background
 from eagle3_quant.quantize.side_files import copy_side_files
 from eagle3_quant.quantize.source_guard import check_source_unchanged, identities
@@ -25,6 +25,7 @@ from eagle3_quant.reading.draft import read_draft
 from eagle3_quant.reading.pickle_source import pickle_converted, pickle_only
 from eagle3_quant.reading.source import DraftSource, resolve_source
 from eagle3_quant.reading.source_card import repo_id_from_cache_path, source_card_info
+from eagle3_quant.records.auto_choice import AutoChoiceRecord
 from eagle3_quant.records.manifest import (
     MANIFEST_NAME,
     ExcludeRecord,
@@ -86,6 +87,8 @@ def quantize_draft(src: str | Path, out: str | Path, options: QuantizeOptions | 
     """
     opts = build_options(QuantizeOptions, options, overrides)
     with claimed_output(Path(out), opts.force, Path(src)):   # one writer per OUT, from the first check to the rename
+        if opts.scheme == AUTO_SCHEME:
+            return _quantize_auto(src, out, opts)
         if opts.quantize_lm_head or opts.draft_vocab is not None:
             return _quantize_pruned(src, out, opts)
         if opts.allow_pickle:
@@ -96,7 +99,35 @@ def quantize_draft(src: str | Path, out: str | Path, options: QuantizeOptions | 
         return _quantize(src, out, opts)
 
 
-def _quantize_pruned(src: str | Path, out: str | Path, opts: QuantizeOptions) -> QuantizeResult:
+def _quantize_auto(src: str | Path, out: str | Path, opts: QuantizeOptions) -> QuantizeResult:
+    """--scheme auto: every check before any work, the ladder measured in memory, then only the chosen candidate
+    written through the normal path (``quantize/auto.py``)."""
+    from eagle3_quant.calib.format import load_calibration
+    from eagle3_quant.quantize.auto import run_auto
+    from eagle3_quant.quantize.calibration import check_calibration
+    from eagle3_quant.quantize.vocab_prune import target_token_counts
+
+    from eagle3_quant.lm_head_support import check_quantize_lm_head
+
+    draft = read_draft(src, opts.revision)
+    if opts.quantize_lm_head:
+        check_quantize_lm_head(draft.config.architecture)
+    check_output_target(Path(out), draft.path, opts.force)
+    calibration = load_calibration(opts.calib)
+    check_calibration(draft, calibration)
+    target_token_counts(opts.calib, draft.config.vocab_size)     # target ids of another vocabulary: refused here
+    check_vocab_map(draft)
+    scan_source(draft)
+    chosen, record = run_auto(draft, opts.calib, calibration, opts.exclude, opts.engine, opts.min_acceptance_ratio,
+                              pick_device(opts.device))
+    picked = replace(opts, scheme=chosen.scheme, quantize_fc=chosen.quantize_fc, draft_vocab=chosen.draft_vocab)
+    if chosen.draft_vocab is not None:
+        return _quantize_pruned(src, out, picked, auto_choice=record)
+    return _quantize(src, out, picked, auto_choice=record)
+
+
+def _quantize_pruned(src: str | Path, out: str | Path, opts: QuantizeOptions,
+                     auto_choice: AutoChoiceRecord | None = None) -> QuantizeResult:
     """--draft-vocab (and the --quantize-lm-head refusal): argument errors first, then the pruning pre-pass."""
     from eagle3_quant.quantize.vocab_prune import vocab_pruned
 
@@ -111,7 +142,7 @@ def _quantize_pruned(src: str | Path, out: str | Path, opts: QuantizeOptions) ->
     out = check_output_target(Path(out), draft.path, opts.force)
     with vocab_pruned(draft, opts.calib, opts.draft_vocab, out) as (folder, record):
         return _quantize(folder, out, replace(opts, revision=None), origin=draft.source,
-                         vocab_pruning=record.to_dict())
+                         vocab_pruning=record.to_dict(), auto_choice=auto_choice)
 
 
 def _check_resources(draft, out: Path, plan: QuantPlan, in_memory: bool) -> None:
@@ -121,7 +152,7 @@ def _check_resources(draft, out: Path, plan: QuantPlan, in_memory: bool) -> None
 
 
 def _quantize(src: str | Path, out: str | Path, opts: QuantizeOptions, origin: DraftSource | None = None,
-              vocab_pruning: dict | None = None) -> QuantizeResult:
+              vocab_pruning: dict | None = None, auto_choice: AutoChoiceRecord | None = None) -> QuantizeResult:
     started = time.perf_counter()
     chosen = get_scheme(opts.scheme)
     exclude, quantize_fc, calib, auto_exclude = opts.exclude, opts.quantize_fc, opts.calib, opts.auto_exclude
@@ -180,6 +211,8 @@ def _quantize(src: str | Path, out: str | Path, opts: QuantizeOptions, origin: D
         with timer.stage("manifest"):
             body = _manifest(draft, source, origin, plan, config, device, calibration, sensitivity, vocab_pruning,
                              inputs)
+            if auto_choice is not None:
+                body = replace(body, auto_choice=auto_choice)
             manifest = write_manifest(staging, body, verified.files)
             write_local_record(staging, source.path)   # hidden, never published: validate's default reference
     return QuantizeResult(out, manifest, plan, loader, time.perf_counter() - started, timer.seconds)

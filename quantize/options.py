@@ -5,14 +5,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from eagle3_quant.errors import SchemeError
+from eagle3_quant.errors import OptionsError, SchemeError
 from eagle3_quant.options import DEVICE_HELP, check_device, check_fraction, check_positive, option
 from eagle3_quant.schemes import DEFAULT_SCHEME, get_scheme
+
+AUTO_SCHEME = "auto"             # --scheme auto: the cheapest candidate that keeps the acceptance gate
+ENGINES = ("both", "vllm", "sglang")
 
 
 @dataclass(frozen=True)
 class QuantizeOptions:
-    scheme: str = option(DEFAULT_SCHEME, "Quantization scheme.", pipeline=False)
+    scheme: str = option(DEFAULT_SCHEME, "Quantization scheme; auto: measure a ladder of candidates (schemes, pruned "
+                                         "vocabularies, fc FP8 where the engine loads it) on --calib and write the "
+                                         "cheapest draft step that keeps --min-acceptance-ratio.", pipeline=False)
     exclude: tuple[str, ...] = option((), "Keep this linear BF16 too: a role (o_proj), a fused name (qkv_proj, "
                                           "gate_up_proj), attention, mlp, or a module name. Repeatable.")
     quantize_fc: bool = option(False, "Quantize fc too (vLLM loads it; SGLang cannot).")
@@ -32,6 +37,11 @@ class QuantizeOptions:
     quantize_lm_head: bool = option(False, "Refused: no engine loads a quantized Eagle3 lm_head (the error says "
                                            "why).", pipeline=False)
     verbose: bool = option(False, "Show the libraries' own log (Quark).", pipeline=False)
+    min_acceptance_ratio: float = option(
+        0.99, "--scheme auto: the gate, acceptance length candidate / BF16 draft on --calib (point ratio, in (0, 1]; "
+              "its 95% interval is recorded beside it).")
+    engine: str = option("both", "--scheme auto: the engines the artifact must load in (both, vllm, sglang); "
+                                 "vllm alone also tries fc in FP8 (SGLang drops fc's FP8 scale).")
 
     def __post_init__(self) -> None:
         if isinstance(self.exclude, str) or self.exclude is None:
@@ -39,8 +49,16 @@ class QuantizeOptions:
         object.__setattr__(self, "exclude", tuple(self.exclude))
         if self.calib is not None:
             object.__setattr__(self, "calib", Path(self.calib))
-        chosen = get_scheme(self.scheme)
         check_device(self.device)
+        if not isinstance(self.min_acceptance_ratio, int | float) or isinstance(self.min_acceptance_ratio, bool) \
+                or not 0 < self.min_acceptance_ratio <= 1:
+            raise OptionsError(f"must be in (0, 1], got {self.min_acceptance_ratio!r}", field="min_acceptance_ratio")
+        if self.engine not in ENGINES:
+            raise OptionsError(f"unknown engine {self.engine!r}; valid: {', '.join(ENGINES)}", field="engine")
+        if self.scheme == AUTO_SCHEME:
+            self._check_auto()
+            return
+        chosen = get_scheme(self.scheme)
         check_fraction(self.auto_exclude, "auto_exclude")
         if chosen.needs_calibration and self.calib is None:
             raise SchemeError(f"scheme {chosen.name!r} has static input scales and needs calibration data "
@@ -52,6 +70,19 @@ class QuantizeOptions:
         if self.auto_exclude is not None and self.calib is None:
             raise SchemeError("--auto-exclude measures layer sensitivity on calibration data: give --calib CAL",
                               field="calib")
+
+
+    def _check_auto(self) -> None:
+        if self.calib is None:
+            raise SchemeError("--scheme auto measures each candidate's acceptance on calibration data: give "
+                              "--calib CAL (made by `eagle3-quant calibrate`)", field="calib")
+        decided = [name for name, value in (("quantize_fc", self.quantize_fc), ("draft_vocab", self.draft_vocab),
+                                            ("auto_exclude", self.auto_exclude),
+                                            ("allow_pickle", self.allow_pickle)) if value not in (None, False)]
+        if decided:
+            raise SchemeError(f"--scheme auto chooses fc's precision and the vocabulary itself and reads safetensors "
+                              f"drafts only: drop --{decided[0].replace('_', '-')} (--engine vllm lets it try fc "
+                              "in FP8)", field=decided[0])
 
 
 @dataclass(frozen=True)

@@ -119,7 +119,7 @@ def quark_weight(weight: torch.Tensor, scheme: Scheme) -> tuple[torch.Tensor, to
     return quotient.float().clamp(-fp8.FP8_MAX, fp8.FP8_MAX).to(fp8.FP8_DTYPE), scale
 
 
-def _fp8_versions(runtime, scheme: Scheme, batches: list[dict], groups: dict) -> dict[str, torch.nn.Module]:
+def fp8_versions(runtime, scheme: Scheme, batches: list[dict], groups: dict) -> dict[str, torch.nn.Module]:
     """An FP8 twin of every linear, as vLLM would run the artifact (fused shards harmonized)."""
     from eagle3_quant.runtime.fp8_linear import Fp8Linear, harmonize_fused
 
@@ -184,7 +184,7 @@ def measure_sensitivity(src: str | Path, calib: str | Path, options: Sensitivity
     device = pick_device(opts.device)
     runtime = load_draft(draft.path, device=device, embedding=calibration_embedding(draft, calibration))
     batches = calibration_batches(calibration, device, with_targets=True, max_samples=max_samples)
-    fp8_linears = _fp8_versions(runtime, chosen, batches, all_groups)
+    fp8_linears = fp8_versions(runtime, chosen, batches, all_groups)
     float_linears = runtime.linears()
     candidates = {g: all_groups[g][1] for g in wanted}
     candidates["<default plan>"] = tuple(m for g in all_groups.values() for r, m in zip(*g, strict=True)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 
 import torch
-from eagle3_quant.validate.acceptance import acceptance_stats, accepted_counts, paired_ratio, valid_starts
+
+from eagle3_quant.runtime.acceptance import acceptance_stats, accepted_counts, paired_ratio, valid_starts
 
 
 def greedy_sample(length: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:

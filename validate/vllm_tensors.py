@@ -21,6 +21,7 @@ STACKED = {"q_proj": ("qkv_proj", 0, 3), "k_proj": ("qkv_proj", 1, 3), "v_proj":
            "gate_proj": ("gate_up_proj", 0, 2), "up_proj": ("gate_up_proj", 1, 2)}
 MLA_STACKED = {"q_a_proj": ("fused_qkv_a_proj", 0, 2), "kv_a_proj_with_mqa": ("fused_qkv_a_proj", 1, 2)}
 # Parameters vLLM creates that no checkpoint of ours holds (KV-cache scales) or that it shares with the target
+VOCAB_PADDING = 64             # vllm.model_executor.layers.vocab_parallel_embedding.DEFAULT_VOCAB_PADDING_SIZE
 NOT_IN_CHECKPOINT = ("k_scale", "v_scale", "q_scale", "prob_scale", "embed_tokens.weight")
 SHARED_LM_HEAD = "lm_head.weight"      # a draft without one gets the target's (vLLM: has_own_lm_head False)
 Stacked = dict[str, tuple[str, int, int]]
@@ -64,6 +65,16 @@ def _shard(param: torch.Tensor, shard: int, shards: int, rows: list[int]) -> tor
     return param[start:start + rows[shard]]
 
 
+def _unpadded(param: torch.Tensor, tensor: torch.Tensor) -> torch.Tensor:
+    """vLLM's ParallelLMHead pads its rows to a multiple of 64 (DEFAULT_VOCAB_PADDING_SIZE; the logits processor
+    drops the padding): a pruned draft vocabulary such as 100 lands in a [128, H] parameter."""
+    rows = tensor.shape[0] if tensor.dim() else 0
+    padded = -(-rows // VOCAB_PADDING) * VOCAB_PADDING
+    if tensor.dim() == 2 and param.shape == (padded, *tensor.shape[1:]):
+        return param[:rows]
+    return param
+
+
 def _same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
     if a.dtype != b.dtype or a.numel() != b.numel():
         return False
@@ -95,6 +106,8 @@ def compare_loaded(artifact: Path, record: dict, model) -> dict:
         loaded = params[target]
         if role is not None:
             loaded = _shard(loaded, shard, shards, rows[(target, name.rsplit(".", 1)[-1])])
+        elif target.startswith("lm_head."):
+            loaded = _unpadded(loaded, tensor)
         if loaded is None or not _same_bytes(loaded, tensor):
             got = "?" if loaded is None else f"{str(loaded.dtype).removeprefix('torch.')} {list(loaded.shape)}"
             differing.append(f"{name} -> {target} ({str(tensor.dtype).removeprefix('torch.')} "

@@ -9,10 +9,12 @@ import typer
 from eagle3_quant.cli.app import app
 from eagle3_quant.options import default_of as default
 from eagle3_quant.options import help_of
+from eagle3_quant.quantize.options import AUTO_SCHEME, ENGINES
 from eagle3_quant.quantize.options import QuantizeOptions as Q
 from eagle3_quant.schemes import SCHEMES
 
-SchemeName = Enum("SchemeName", {name: name for name in SCHEMES}, type=str)
+SchemeName = Enum("SchemeName", {name: name for name in (*SCHEMES, AUTO_SCHEME)}, type=str)
+EngineName = Enum("EngineName", {name: name for name in ENGINES}, type=str)
 
 
 @app.command("quantize")
@@ -35,6 +37,9 @@ def quantize_command(
     = default(Q, "quantize_lm_head"),
     allow_pickle: Annotated[bool, typer.Option("--allow-pickle", help=help_of(Q, "allow_pickle"))]
     = default(Q, "allow_pickle"),
+    min_acceptance_ratio: Annotated[float, typer.Option(help=help_of(Q, "min_acceptance_ratio"))]
+    = default(Q, "min_acceptance_ratio"),
+    engine: Annotated[EngineName, typer.Option(help=help_of(Q, "engine"))] = default(Q, "engine"),
 ) -> None:
     """Quantize a draft to FP8 with AMD Quark; write config.json that vLLM loads unedited, and a manifest."""
     from eagle3_quant.cli.render import console, human_bytes, print_loader_check
@@ -42,12 +47,17 @@ def quantize_command(
 
     options = Q(scheme=scheme.value, exclude=tuple(exclude or ()), quantize_fc=quantize_fc, device=device,
                 calib=calib, auto_exclude=auto_exclude, force=force, revision=revision, verbose=verbose,
-                allow_pickle=allow_pickle, draft_vocab=draft_vocab, quantize_lm_head=quantize_lm_head)
+                allow_pickle=allow_pickle, draft_vocab=draft_vocab, quantize_lm_head=quantize_lm_head,
+                min_acceptance_ratio=min_acceptance_ratio, engine=engine.value)
     if quantize_fc:
         console.print("[yellow]warning:[/] --quantize-fc: vLLM only. SGLang's Eagle3 loader keeps fc as a plain "
                       "nn.Linear: it casts the FP8 weight and drops fc.weight_scale, silently (`validate` fails "
                       "its sglang_load check on such a draft).")
     result = quantize_draft(src, out, options)
+    if result.manifest.auto_choice is not None:
+        from eagle3_quant.cli.render_auto import print_auto_choice
+
+        print_auto_choice(result.manifest.auto_choice)
     print_loader_check(result.loader_check)
     outputs = result.manifest.outputs
     console.print(f"wrote {result.output} in {result.seconds:.1f} s: {len(outputs)} files, "

@@ -1,0 +1,84 @@
+"""The manifest's record of `quantize --scheme auto`: every candidate of the ladder, what it costs, how well it
+drafts, and which one was written."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from eagle3_quant.errors import ManifestError
+
+GATE_RULE = "point"     # the acceptance ratio's point estimate is gated, as `validate` gates it
+
+
+@dataclass(frozen=True)
+class AutoCandidateRecord:
+    name: str                          # "ptpc_fp8 + vocab 256 + fc FP8"
+    scheme: str
+    draft_vocab: int | None            # None: the draft's vocabulary unchanged
+    quantize_fc: bool
+    step_bytes: int                    # weight bytes one draft step reads (eagle3_quant/cost.py)
+    step_bytes_over_bf16: float
+    acceptance_ratio: float | None     # acceptance length candidate / BF16 draft; None: not measurable
+    interval: list[float] | None       # [low, high], paired bootstrap over samples
+    coverage: float | None             # pruned: share of the calibration set's target tokens kept
+    keeps_gate: bool
+    chosen: bool
+
+
+@dataclass(frozen=True)
+class AutoChoiceRecord:
+    min_acceptance_ratio: float
+    gate: str                          # "point": ratio >= min_acceptance_ratio; the interval is reported
+    engine: str                        # vllm, sglang or both: which fc precisions were candidates
+    k: int
+    calibration: str
+    drafts: int                        # chains judged per candidate
+    acceptance_length_bf16: float
+    bf16_step_bytes: int
+    candidates: list[AutoCandidateRecord]
+    chosen: str
+    seconds: float
+    skipped: list[str]                 # what the ladder left out, and why
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @property
+    def chosen_candidate(self) -> AutoCandidateRecord:
+        return next(c for c in self.candidates if c.name == self.chosen)
+
+    @classmethod
+    def from_dict(cls, data: Any, path: Path | None = None) -> AutoChoiceRecord:
+        if not isinstance(data, dict) or not isinstance(data.get("candidates"), list):
+            raise ManifestError("not an object with a candidates list", path=path, field="auto_choice")
+        try:
+            rows = [AutoCandidateRecord(**{k: row[k] for k in AutoCandidateRecord.__dataclass_fields__})
+                    for row in data["candidates"]]
+            record = cls(**{**{k: data[k] for k in cls.__dataclass_fields__}, "candidates": rows})
+        except (KeyError, TypeError) as exc:
+            raise ManifestError(f"incomplete ({exc})", path=path, field="auto_choice") from None
+        if sum(c.chosen for c in rows) != 1 or not any(c.name == record.chosen and c.chosen for c in rows):
+            raise ManifestError(f"chosen {record.chosen!r} is not the one candidate marked chosen", path=path,
+                                field="auto_choice.chosen")
+        return record
+
+
+def format_ratio(candidate: AutoCandidateRecord) -> str:
+    if candidate.acceptance_ratio is None or math.isnan(candidate.acceptance_ratio):
+        return "n/a"
+    low, high = candidate.interval or (math.nan, math.nan)
+    return f"{candidate.acceptance_ratio:.4f} ({low:.4f}..{high:.4f})"
+
+
+def table_rows(record: AutoChoiceRecord) -> list[tuple[str, ...]]:
+    """candidate, step bytes, of BF16, acceptance ratio (95% interval), coverage, gate, chosen: strings."""
+    return [(c.name, f"{c.step_bytes:,}", f"{c.step_bytes_over_bf16:.3f}", format_ratio(c),
+             f"{c.coverage:.2%}" if c.coverage is not None else "-", "kept" if c.keeps_gate else "missed",
+             "chosen" if c.chosen else "")
+            for c in record.candidates]
+
+
+TABLE_HEADER = ("candidate", "step bytes", "of BF16", "acceptance ratio (95% CI)", "coverage", "gate", "")

@@ -1,0 +1,21 @@
+"""The model card's `--scheme auto` section: the measured candidate ladder from the manifest's ``auto_choice``."""
+
+from __future__ import annotations
+
+from eagle3_quant.records.auto_choice import TABLE_HEADER, AutoChoiceRecord, table_rows
+
+
+def auto_section(record: AutoChoiceRecord | None) -> dict | None:
+    """Template values (intro line, header, rows, what was left out); None when the scheme was chosen by hand."""
+    if record is None:
+        return None
+    chosen = record.chosen_candidate
+    intro = (f"Chosen by `eagle3-quant quantize --scheme auto --min-acceptance-ratio {record.min_acceptance_ratio} "
+             f"--engine {record.engine}`: the cheapest draft step (weight bytes one step reads) whose simulated "
+             f"acceptance length, relative to the BF16 draft, keeps the gate on its point ratio (the 95% paired "
+             f"bootstrap interval is shown beside it). Measured on `{record.calibration}`: k={record.k}, "
+             f"{record.drafts:,} chains, BF16 acceptance length {record.acceptance_length_bf16:.3f}. "
+             f"Chosen: **{chosen.name}**, {chosen.step_bytes_over_bf16:.3f} of the BF16 step's "
+             f"{record.bf16_step_bytes:,} bytes. Coverage and ratios of pruned vocabularies are in-sample (ranked "
+             "on the same calibration set).")
+    return {"intro": intro, "header": TABLE_HEADER, "rows": table_rows(record), "skipped": record.skipped}
