@@ -144,12 +144,13 @@ class _Tally:
         self.positions = self.differ = self.target_hits = 0
         self.kl = 0.0
 
-    def add(self, base_logp: torch.Tensor, logits: torch.Tensor, targets: torch.Tensor) -> None:
+    def add(self, base_logp: torch.Tensor, logits: torch.Tensor, targets: torch.Tensor, to_target_ids) -> None:
+        """`targets` are target-vocabulary ids; `to_target_ids` maps the draft's top-1 into them (d2t)."""
         logp = torch.log_softmax(logits.float(), dim=-1)
         self.kl += float((base_logp.exp() * (base_logp - logp)).sum(-1).sum())
         top = logits.argmax(-1)
         self.differ += int((top != base_logp.argmax(-1)).sum())
-        self.target_hits += int((top == targets).sum())
+        self.target_hits += int((to_target_ids(top) == targets).sum())
         self.positions += top.numel()
 
     def result(self, name: str, roles, modules, default_quantized: bool) -> GroupSensitivity:
@@ -200,12 +201,12 @@ def measure_sensitivity(src: str | Path, calib: str | Path, options: Sensitivity
     for batch in batches:
         logits, _ = runtime(batch["input_ids"], batch["aux_hidden_states"])
         base_logp = torch.log_softmax(logits.float(), dim=-1)
-        baseline.add(base_logp, logits, batch["targets"])
+        baseline.add(base_logp, logits, batch["targets"], runtime.to_target_ids)
         for name, modules in candidates.items():
             swap(modules, fp8_linears)
             try:
                 tallies[name].add(base_logp, runtime(batch["input_ids"], batch["aux_hidden_states"])[0],
-                                  batch["targets"])
+                                  batch["targets"], runtime.to_target_ids)
             finally:
                 swap(modules, float_linears)
 
