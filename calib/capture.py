@@ -21,12 +21,22 @@ class TargetRunner:
         self.model, self.taps, self.dtype = model, taps, dtype
         self.device = input_device(model)
         self.eos_token_ids = eos_token_ids
+        # Tap L (the layer count) is the last layer's output. transformers' hidden_states[L] is after the final
+        # norm, but vLLM (``_maybe_add_hidden_state``) feeds the draft the state before it: read the norm's input.
+        self.final = model.config.num_hidden_layers
+        self._pre_norm: dict[str, torch.Tensor] = {}
+        if self.final in taps:
+            model.get_decoder().norm.register_forward_pre_hook(
+                lambda _module, args: self._pre_norm.__setitem__("state", args[0]))
+
+    def _state(self, hidden_states, k: int) -> torch.Tensor:
+        return self._pre_norm["state"][0] if k == self.final else hidden_states[k][0]
 
     @torch.inference_mode()
     def forward(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """aux [T, 3H] (taps concatenated low/mid/high, on CPU in self.dtype) and argmax next ids [T]."""
+        """aux [T, n*H] (the taps concatenated in order, on CPU in self.dtype) and argmax next ids [T]."""
         out = self.model(input_ids=ids[None].to(self.device), output_hidden_states=True, use_cache=False)
-        aux = torch.cat([out.hidden_states[k][0].to("cpu", self.dtype) for k in self.taps], dim=-1)
+        aux = torch.cat([self._state(out.hidden_states, k).to("cpu", self.dtype) for k in self.taps], dim=-1)
         return aux, out.logits[0].argmax(-1).to("cpu", torch.int64)
 
     @torch.inference_mode()

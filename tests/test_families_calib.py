@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.mark.parametrize(("num_aux", "final", "ids", "taps"), [
     (2, False, [0, 2], (1, 3)),                  # SGLang reads SpecForge ids as outputs: hidden_states[id + 1]
-    (4, True, [0, 1, 2], (1, 2, 3, 4)),         # the ids plus the final layer: hidden_states[num_layers]
+    (4, True, [0, 1, 2], (1, 2, 3, 4)),         # the ids plus the final layer, before the final norm (vLLM's)
 ])
 def test_capture_reads_every_state_the_draft_reads(tiny_target, chat_jsonl, target_model, tmp_path, num_aux, final,
                                                   ids, taps):
@@ -32,8 +32,17 @@ def test_capture_reads_every_state_the_draft_reads(tiny_target, chat_jsonl, targ
     for sample in calib.samples():
         t = sample.input_ids.shape[0]
         assert sample.aux_hidden_states.shape == (t, num_aux * h)
-        with torch.no_grad():
-            states = target_model(input_ids=sample.input_ids[None], output_hidden_states=True).hidden_states
+        last: dict[str, torch.Tensor] = {}
+        hook = target_model.model.layers[-1].register_forward_hook(
+            lambda _m, _a, out, last=last: last.__setitem__("out", out[0] if isinstance(out, tuple) else out))
+        try:
+            with torch.no_grad():
+                states = target_model(input_ids=sample.input_ids[None], output_hidden_states=True).hidden_states
+        finally:
+            hook.remove()
+        num_layers = len(target_model.model.layers)
         for j, k in enumerate(taps):
-            torch.testing.assert_close(sample.aux_hidden_states[:, j * h:(j + 1) * h], states[k][0], rtol=0,
-                                       atol=1e-5)
+            expected = last["out"][0] if k == num_layers else states[k][0]
+            torch.testing.assert_close(sample.aux_hidden_states[:, j * h:(j + 1) * h], expected, rtol=0, atol=1e-5)
+        if final:          # the final tap is the last layer's output, not transformers' post-norm hidden_states[L]
+            assert not torch.allclose(last["out"][0], states[num_layers][0], atol=1e-3)
