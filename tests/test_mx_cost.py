@@ -45,9 +45,8 @@ def test_mxfp4_projection_counts_half_a_byte_per_weight_and_one_scale_byte_per_3
 
 @pytest.mark.slow
 def test_cost_of_an_mx_artifact_reads_its_packed_headers(tmp_path):
-    from fixtures.synthetic import write_synthetic_draft
-
     from eagle3_quant import quantize_draft
+    from fixtures.synthetic import write_synthetic_draft
 
     src = write_synthetic_draft(tmp_path / "src", "tiny")
     out = quantize_draft(src, tmp_path / "out", scheme="w_mxfp4_a_mxfp4", device="cpu").output
