@@ -25,6 +25,7 @@ CHECK_NAME = "vllm_load"
 QUANTIZED_METHODS = ("QuarkLinearMethod",)
 MAX_RELATIVE_DLOGIT = 0.01     # max |dlogit| / max |logit| between vLLM's forward and the runtime
 MIN_TOP1 = 0.95
+MX_NOTE = "; MXFP4 GEMMs: vLLM's emulation kernels with torch E2M1/E8M0 math, not the gfx950 MX GEMM"
 
 
 @dataclass(frozen=True)
@@ -108,6 +109,8 @@ def vllm_load_check(result: dict) -> Check:
     data = {k: result[k] for k in ("vllm_version", "architecture", "dtype", "linears", "tensors", "identical",
                                    "skipped_on_purpose", "attention", "inputs", "embedding", "wall_s")}
     data["logits"] = logits
+    if result.get("mx_kernel"):
+        data["mx_kernel"] = result["mx_kernel"]
     if problems:
         return failed(CHECK_NAME, "; ".join(problems), **data)
     methods = sorted({f"{i['quant_method']}{'/' + i['scheme'] if i['scheme'] else ''}"
@@ -117,7 +120,7 @@ def vllm_load_check(result: dict) -> Check:
               f"({', '.join(result['skipped_on_purpose']) or 'none'} skipped by vLLM on purpose); "
               f"forward vs runtime on {logits['positions']} positions: top-1 {logits['top1_agreement']:.3f}, "
               f"max |dlogit| {100 * logits['relative_dlogit']:.2f}% of max |logit| "
-              "(paged attention replaced by a causal fp32-score stand-in on CPU)")
+              f"(paged attention replaced by a causal fp32-score stand-in on CPU{MX_NOTE if result.get('mx_kernel') else ''})")
     return passed(CHECK_NAME, detail, **data)
 
 

@@ -91,7 +91,8 @@ def compare_loaded(artifact: Path, record: dict, model) -> dict:
     # parameter no checkpoint tensor maps to keeps its initial value (weight_scale: -3.4e38)
     covered = {vllm_name(n)[0] for n in tensors if n in given}
     uninitialized = sorted(n for n in params if n not in covered and not n.endswith(NOT_IN_CHECKPOINT))
-    expected = {vllm_name(n)[0].rpartition(".")[0]: t.dtype in (torch.float8_e4m3fn, torch.float8_e4m3fnuz)
+    quantized = (torch.float8_e4m3fn, torch.float8_e4m3fnuz, torch.uint8)   # uint8: packed MXFP4
+    expected = {vllm_name(n)[0].rpartition(".")[0]: t.dtype in quantized
                 for n, t in tensors.items() if n.endswith(".weight")}
     return {"tensors": len(tensors), "identical": len(identical), "skipped_on_purpose": skipped,
             "not_consumed": missing, "not_identical": differing, "uninitialized": uninitialized,
@@ -106,8 +107,10 @@ def runtime_linears(model) -> dict[str, dict]:
         if method is None or not hasattr(module, "weight") or "embed_tokens" in name:
             continue
         scheme = getattr(module, "scheme", None)
-        kernel = getattr(scheme, "fp8_linear", None)
+        kernel = getattr(scheme, "fp8_linear", None) or getattr(scheme, "ocp_mx_linear", None)
+        if kernel is None and type(scheme).__name__ == "QuarkW4A8_MXFP4_FP8":   # no kernel object: a flag
+            kernel = "aiter gemm_a8wfp4" if scheme.use_aiter_kernel else "QuarkW4A8_MXFP4_FP8._apply_emulation"
         out[name] = {"prefix": getattr(module, "prefix", None), "quant_method": type(method).__name__,
                      "scheme": type(scheme).__name__ if scheme is not None else None,
-                     "kernel": type(kernel).__name__ if kernel is not None else None}
+                     "kernel": kernel if isinstance(kernel, str) or kernel is None else type(kernel).__name__}
     return out

@@ -104,12 +104,14 @@ def _compare_logits(model, ours, inputs, dtype: torch.dtype, d2t) -> dict:
 
 def run(request: dict, artifact: Path) -> dict:
     started = time.perf_counter()
-    vllm_harness.apply_cpu_patches()
+    cfg = json.loads((artifact / "config.json").read_text())
+    weight = ((cfg.get("quantization_config") or {}).get("global_quant_config") or {}).get("weight") or {}
+    mx = isinstance(weight, dict) and weight.get("dtype") == "fp4"
+    vllm_harness.apply_cpu_patches(mx_emulation=mx)
     import vllm
 
     from eagle3_quant.runtime.loading import load_draft
 
-    cfg = json.loads((artifact / "config.json").read_text())
     dtype_name = str((cfg.get("transformer_layer_config") or cfg).get("torch_dtype") or cfg.get("torch_dtype")
                      or "bfloat16")
     dtype = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}[dtype_name]
@@ -135,6 +137,7 @@ def run(request: dict, artifact: Path) -> dict:
     return {"vllm_version": vllm.__version__, "architecture": type(model).__name__, "dtype": dtype_name,
             "target_layers": request["target_layers"], "linears": linears, **tensors, "logits": logits,
             "attention": vllm_harness.ATTENTION_STAND_IN,
+            **({"mx_kernel": vllm_harness.MX_STAND_IN} if mx else {}),
             "inputs": inputs,
             "embedding": "the draft's own" if own_embedding else "seeded random (vLLM shares the target's)",
             "build_s": round(build_s, 2), "wall_s": round(time.perf_counter() - started, 2)}
