@@ -120,7 +120,8 @@ def vllm_load_check(result: dict) -> Check:
               f"({', '.join(result['skipped_on_purpose']) or 'none'} skipped by vLLM on purpose); "
               f"forward vs runtime on {logits['positions']} positions: top-1 {logits['top1_agreement']:.3f}, "
               f"max |dlogit| {100 * logits['relative_dlogit']:.2f}% of max |logit| "
-              f"(paged attention replaced by a causal fp32-score stand-in on CPU{MX_NOTE if result.get('mx_kernel') else ''})")
+              "(paged attention replaced by a causal fp32-score stand-in on CPU"
+              f"{MX_NOTE if result.get('mx_kernel') else ''})")
     return passed(CHECK_NAME, detail, **data)
 
 
