@@ -123,3 +123,16 @@ def get_scheme(name: str) -> Scheme:
     except KeyError:
         raise SchemeError(f"unknown scheme {name!r}; valid schemes: {', '.join(SCHEMES)}",
                           field="scheme") from None
+
+
+ENGINES = ("vllm", "sglang")
+
+
+def check_engines(scheme: Scheme, engines: tuple[str, ...]) -> None:
+    """Refuse, in one line, a scheme that one of `engines` cannot load."""
+    for engine in engines:
+        if engine not in ENGINES:
+            raise SchemeError(f"unknown engine {engine!r}; valid engines: {', '.join(ENGINES)}", field="engine")
+        why = scheme.why_not(engine)
+        if why:
+            raise SchemeError(f"scheme {scheme.name} cannot be served by {engine}: {why}", field="engine")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from eagle3_quant.errors import SchemeError
 from eagle3_quant.options import DEVICE_HELP, check_device, check_fraction, check_positive, option
-from eagle3_quant.schemes import DEFAULT_SCHEME, get_scheme
+from eagle3_quant.schemes import DEFAULT_SCHEME, check_engines, get_scheme
 
 
 @dataclass(frozen=True)
@@ -32,14 +32,20 @@ class QuantizeOptions:
     quantize_lm_head: bool = option(False, "Refused: no engine loads a quantized Eagle3 lm_head (the error says "
                                            "why).", pipeline=False)
     verbose: bool = option(False, "Show the libraries' own log (Quark).", pipeline=False)
+    engine: tuple[str, ...] = option((), "Serving engine that must load the artifact (vllm, sglang): a scheme it "
+                                         "cannot load is refused before any work. Repeatable.", pipeline=False)
 
     def __post_init__(self) -> None:
+        if isinstance(self.engine, str):
+            object.__setattr__(self, "engine", (self.engine,))
+        object.__setattr__(self, "engine", tuple(self.engine or ()))
         if isinstance(self.exclude, str) or self.exclude is None:
             object.__setattr__(self, "exclude", (self.exclude,) if self.exclude else ())
         object.__setattr__(self, "exclude", tuple(self.exclude))
         if self.calib is not None:
             object.__setattr__(self, "calib", Path(self.calib))
         chosen = get_scheme(self.scheme)
+        check_engines(chosen, self.engine)
         check_device(self.device)
         check_fraction(self.auto_exclude, "auto_exclude")
         if chosen.needs_calibration and self.calib is None:

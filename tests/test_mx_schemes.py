@@ -183,3 +183,28 @@ def test_static_mx_config_without_input_scale_is_refused_by_the_runtime(tmp_path
         mx_input_kind({"quantization_config": _qc(MXFP4_W, {"dtype": "fp8_e4m3", "qscheme": "per_tensor",
                                                             "is_dynamic": False})},
                       {"midlayer.mlp.down_proj": False}, tmp_path)
+
+
+def test_an_engine_that_cannot_load_the_scheme_is_refused_before_any_work(make_draft, tmp_path):
+    from eagle3_quant.validate.sglang_load import _unsupported_scheme
+
+    src = make_draft()
+    with pytest.raises(SchemeError, match=r"w_mxfp4_a_fp8 cannot be served by sglang: SGLang 0\.5\.23"):
+        quantize_draft(src, tmp_path / "out", scheme="w_mxfp4_a_fp8", calib=tmp_path / "none", engine="sglang")
+    with pytest.raises(SchemeError, match="unknown engine 'trt'"):
+        quantize_draft(src, tmp_path / "out", scheme="ptpc_fp8", engine=("vllm", "trt"))
+    assert not (tmp_path / "out").exists()
+    # validate's sglang_load check on such an artifact: skipped with the reason, SGLang never started
+    (tmp_path / "a8").mkdir()
+    (tmp_path / "a8" / "eagle3_quant.json").write_text(json.dumps({"scheme": {"name": "w_mxfp4_a_fp8"}}))
+    assert "W4A8 is MoE-only" in _unsupported_scheme(tmp_path / "a8")
+
+
+def test_cli_refuses_an_mx_scheme_for_sglang_in_one_line(make_draft, tmp_path, capsys):
+    from eagle3_quant.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["quantize", str(make_draft()), str(tmp_path / "out"), "--scheme", "w_mxfp4_a_fp8", "--calib",
+              str(tmp_path), "--engine", "sglang"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit_info.value.code == 2 and len(err) == 1 and err[0].startswith("error: ")

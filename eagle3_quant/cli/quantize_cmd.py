@@ -35,6 +35,7 @@ def quantize_command(
     = default(Q, "quantize_lm_head"),
     allow_pickle: Annotated[bool, typer.Option("--allow-pickle", help=help_of(Q, "allow_pickle"))]
     = default(Q, "allow_pickle"),
+    engine: Annotated[list[str] | None, typer.Option(help=help_of(Q, "engine"))] = None,
 ) -> None:
     """Quantize a draft to FP8 with AMD Quark; write config.json that vLLM loads unedited, and a manifest."""
     from eagle3_quant.cli.render import console, human_bytes, print_loader_check
@@ -42,7 +43,8 @@ def quantize_command(
 
     options = Q(scheme=scheme.value, exclude=tuple(exclude or ()), quantize_fc=quantize_fc, device=device,
                 calib=calib, auto_exclude=auto_exclude, force=force, revision=revision, verbose=verbose,
-                allow_pickle=allow_pickle, draft_vocab=draft_vocab, quantize_lm_head=quantize_lm_head)
+                allow_pickle=allow_pickle, draft_vocab=draft_vocab, quantize_lm_head=quantize_lm_head,
+                engine=tuple(engine or ()))
     if quantize_fc:
         console.print("[yellow]warning:[/] --quantize-fc: vLLM only. SGLang's Eagle3 loader keeps fc as a plain "
                       "nn.Linear: it casts the FP8 weight and drops fc.weight_scale, silently (`validate` fails "
@@ -52,7 +54,8 @@ def quantize_command(
     outputs = result.manifest.outputs
     console.print(f"wrote {result.output} in {result.seconds:.1f} s: {len(outputs)} files, "
                   f"{human_bytes(sum(o.size for o in outputs))}; "
-                  f"{len(result.plan.quantized)} linears FP8 ({result.plan.scheme.name}), "
+                  f"{len(result.plan.quantized)} linears {'MXFP4' if result.plan.scheme.mx else 'FP8'} "
+                  f"({result.plan.scheme.name}), "
                   f"{len(result.plan.excluded)} kept BF16; manifest {result.manifest_path.name}")
     pruning = result.manifest.vocab_pruning
     if pruning:
