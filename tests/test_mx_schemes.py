@@ -208,3 +208,33 @@ def test_cli_refuses_an_mx_scheme_for_sglang_in_one_line(make_draft, tmp_path, c
               str(tmp_path), "--engine", "sglang"])
     err = capsys.readouterr().err.strip().splitlines()
     assert exit_info.value.code == 2 and len(err) == 1 and err[0].startswith("error: ")
+
+
+@pytest.mark.slow
+def test_vllm_own_code_loads_each_mx_artifact_with_the_intended_scheme(mx_runs):
+    from eagle3_quant.validate.vllm_load import run_vllm_load_many, vllm_load_check, vllm_missing_reason
+
+    if vllm_missing_reason():
+        pytest.skip(vllm_missing_reason())
+    schemes = ("w_mxfp4_a_mxfp4", "w_mxfp4_a_fp8")
+    results = run_vllm_load_many([mx_runs(s)[2].output for s in schemes])
+    for scheme, result in zip(schemes, results, strict=True):
+        check = vllm_load_check(result)
+        assert check.status == "passed", check.detail
+        layers = {name: info for name, info in result["linears"].items() if "layers.0." in name}
+        assert {info["scheme"] for info in layers.values()} == {get_scheme(scheme).vllm_scheme}
+        kernels = {info["kernel"] for info in layers.values()}
+        assert kernels == ({"EmulationMxfp4LinearKernel"} if scheme == "w_mxfp4_a_mxfp4"
+                           else {"QuarkW4A8_MXFP4_FP8._apply_emulation"})
+        assert result["linears"]["model.fc"]["scheme"] is None
+        assert "not the gfx950 MX GEMM" in check.detail and result["logits"]["top1_agreement"] == 1.0
+
+
+def test_kernel_check_skips_mx_artifacts_off_gfx950_with_the_reason(tmp_path):
+    from eagle3_quant.validate.kernel_check import kernel_checks, run_kernel_check
+
+    (tmp_path / "config.json").write_text(json.dumps({"quantization_config": _qc(MXFP4_W, None)}))
+    kernel = run_kernel_check(tmp_path, "cpu")
+    assert kernel["status"] == "skipped" and "native MX GEMMs need gfx950" in kernel["reason"]
+    checks = kernel_checks(kernel)
+    assert checks and all(c.status == "skipped" for c in checks)
