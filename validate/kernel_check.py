@@ -126,7 +126,8 @@ def run_kernel_check(out: str | Path, device: str | None = None) -> dict:
     platform = detect_platform(device)
     base = {"device": platform.device, "platform": platform.to_dict()}
     if _is_mx(out):
-        where = "this is gfx950, but the MX GEMM probe is not written yet" if (platform.arch or "").startswith("gfx950") \
+        gfx950 = (platform.arch or "").startswith("gfx950")
+        where = "this is gfx950, but the MX GEMM probe is not written yet" if gfx950 \
             else f"this is {platform.name} ({platform.arch or platform.kind}): native MX GEMMs need gfx950 (MI355X)"
         return {**base, "status": "skipped", "reason": f"MXFP4 artifact: {where}; vllm_load ran vLLM's emulation "
                 "kernel instead", "kernels": [], "numerics": [], "timing": None,
