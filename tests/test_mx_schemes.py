@@ -238,3 +238,20 @@ def test_kernel_check_skips_mx_artifacts_off_gfx950_with_the_reason(tmp_path):
     assert kernel["status"] == "skipped" and "native MX GEMMs need gfx950" in kernel["reason"]
     checks = kernel_checks(kernel)
     assert checks and all(c.status == "skipped" for c in checks)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scheme", ["w_mxfp4_a_mxfp4", "w_mxfp4_a_fp8"])
+def test_validate_reads_mx_artifacts(mx_runs, scheme):
+    from eagle3_quant.validate.api import validate_draft
+
+    src, _, result = mx_runs(scheme)
+    report = validate_draft(result.output, reference=src, kernel=False, vllm=False, sglang=False,
+                            gates={"min_weight_sqnr_db": 15.0})
+    status = {c.name: c.status for c in report.checks}
+    assert {k: status[k] for k in ("mx_weights", "finite", "unchanged_parts", "config_consistency", "loader_compat",
+                                   "manifest", "weight_sqnr")} == dict.fromkeys(
+        ("mx_weights", "finite", "unchanged_parts", "config_consistency", "loader_compat", "manifest",
+         "weight_sqnr"), "passed"), [(c.name, c.detail) for c in report.checks]
+    sqnr = report.layers if hasattr(report, "layers") else None
+    assert sqnr is None or all(15 < row["sqnr_db"] < 25 for row in sqnr)    # MXFP4: ~18-20 dB on these weights
