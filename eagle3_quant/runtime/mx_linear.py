@@ -32,8 +32,10 @@ class MxLinear(nn.Module):
             raise Fp8LayoutError("static FP8 inputs need an input_scale, and only they", field="input_scale")
         self.register_buffer("weight", weight)
         self.register_buffer("weight_scale", weight_scale)
+        # [1] as vLLM's PerTensorScaleParameter holds it: x / scale then runs in fp32 (a fused layer's shared
+        # scale is 0-d, `input_scale.max()`, and the division stays in the activation dtype, as in vLLM)
         self.register_buffer("input_scale", None if input_scale is None
-                             else input_scale.to(torch.float32).reshape(()))
+                             else input_scale.to(torch.float32).reshape(1))
         self.register_buffer("bias", bias)
         self.input_kind = input_kind
 
@@ -67,7 +69,7 @@ class MxLinear(nn.Module):
 
 
 def harmonize_fused_mx(group: list[MxLinear]) -> None:
-    """vLLM's fused shards with static FP8 inputs share one input scale, the largest."""
+    """vLLM's fused shards with static FP8 inputs share one input scale, the largest (a 0-d tensor)."""
     scales = [layer.input_scale for layer in group if layer.input_scale is not None]
     if scales and len(scales) != len(group):
         raise Fp8LayoutError("the shards of one fused layer mix static and dynamic input scales",
