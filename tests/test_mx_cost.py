@@ -55,3 +55,16 @@ def test_cost_of_an_mx_artifact_reads_its_packed_headers(tmp_path):
     projected = step_cost(project_scheme(as_bf16(written.tensors), "w_mxfp4_a_mxfp4"), "as written")
     assert written.written.bytes_by_part == projected.bytes_by_part
     assert written.written.flops_per_token == source.bf16.flops_per_token
+
+
+def test_inspect_estimates_the_packed_output(make_draft):
+    from eagle3_quant.inspection import inspect_draft
+
+    src = make_draft()
+    fp8, mx4 = inspect_draft(src, "ptpc_fp8"), inspect_draft(src, "w_mxfp4_a_mxfp4")
+    assert mx4.estimated_output_bytes < fp8.estimated_output_bytes
+    quantized = [row for row in fp8.linears if row.quantize]
+    elements = sum(row.shape[0] * row.shape[1] for row in quantized)
+    rows = sum(row.shape[0] for row in quantized)
+    assert fp8.estimated_output_bytes - mx4.estimated_output_bytes == (
+        elements + 4 * rows - elements // 2 - elements // 32)
