@@ -25,6 +25,7 @@ READ_PARTS = ("fc", "attention", "mlp", "lm_head", "embedding", "norm", "vocab_m
 MATMUL_PARTS = frozenset({"fc", "attention", "mlp", "lm_head"})
 SCALE_SUFFIXES = ("weight_scale", "input_scale", "weight_zero_point", "input_zero_point", "output_scale")
 LAYER_PREFIXES = ("midlayer.", "layers.0.", "model.layers.0.")
+MX_GROUP = 32                 # OCP MX: one E8M0 scale byte per 32 elements along the input dimension
 KV_CACHE_DTYPE_BYTES = 2      # BF16 KV cache: the draft's artifacts quantize no KV cache
 
 
@@ -57,6 +58,7 @@ class WeightTensor:
     name: str
     shape: tuple[int, ...]
     dtype: str
+    unpacked: tuple[int, ...] | None = None   # a packed MX weight (U8, 4 or 6 bits an element): its [out, in]
 
     @property
     def part(self) -> str:
@@ -82,8 +84,9 @@ class WeightTensor:
     @property
     def matmul_flops(self) -> int:
         """2 * out * in for a linear weight that the step multiplies by (one token)."""
-        if self.part in MATMUL_PARTS and self.name.endswith(".weight") and len(self.shape) == 2:
-            return 2 * self.shape[0] * self.shape[1]
+        shape = self.unpacked or self.shape
+        if self.part in MATMUL_PARTS and self.name.endswith(".weight") and len(shape) == 2:
+            return 2 * shape[0] * shape[1]
         return 0
 
 
@@ -143,13 +146,16 @@ def step_cost(tensors: Iterable[WeightTensor], label: str) -> StepCost:
 
 
 def as_bf16(tensors: Iterable[WeightTensor]) -> list[WeightTensor]:
-    """The unquantized draft: FP8 weights read back as BF16, quantization scales dropped."""
-    return [replace(t, dtype="BF16") if t.dtype in FP8_DTYPES else t for t in tensors if not t.is_scale]
+    """The unquantized draft: FP8 and packed MX weights read back as BF16, quantization scales dropped."""
+    return [replace(t, dtype="BF16", shape=t.unpacked or t.shape, unpacked=None)
+            if t.dtype in FP8_DTYPES or t.unpacked else t for t in tensors if not t.is_scale]
 
 
 def quantize_modules(tensors: Iterable[WeightTensor], modules: Iterable[str], *,
-                     per_channel: bool = True, static_input: bool = False) -> list[WeightTensor]:
-    """Project what a scheme writes for these linears: FP8 weight + float32 scales (per row, or one)."""
+                     per_channel: bool = True, static_input: bool = False,
+                     mx_bits: int | None = None) -> list[WeightTensor]:
+    """Project what a scheme writes for these linears: FP8 weight + float32 scales (per row, or one), or with
+    `mx_bits` an MX weight: `mx_bits`-bit elements packed in bytes + one E8M0 byte per 32 inputs."""
     wanted = set(modules)
     out: list[WeightTensor] = []
     for t in tensors:
@@ -157,10 +163,40 @@ def quantize_modules(tensors: Iterable[WeightTensor], modules: Iterable[str], *,
         if module not in wanted or not t.name.endswith(".weight"):
             out.append(t)
             continue
-        out.append(replace(t, dtype="F8_E4M3"))
-        out.append(WeightTensor(f"{module}.weight_scale", (t.shape[0],) if per_channel else (), "F32"))
+        if mx_bits is not None:
+            rows, cols = t.shape
+            out.append(replace(t, dtype="U8", shape=(rows, cols * mx_bits // 8), unpacked=(rows, cols)))
+            out.append(WeightTensor(f"{module}.weight_scale", (rows, cols // MX_GROUP), "U8"))
+        else:
+            out.append(replace(t, dtype="F8_E4M3"))
+            out.append(WeightTensor(f"{module}.weight_scale", (t.shape[0],) if per_channel else (), "F32"))
         if static_input:
             out.append(WeightTensor(f"{module}.input_scale", (), "F32"))
+    return out
+
+
+def project_scheme(tensors: Sequence[WeightTensor], scheme: str,
+                   modules: Iterable[str] | None = None) -> list[WeightTensor]:
+    """What a registered scheme writes for `modules` (default: the default plan's attention + MLP linears)."""
+    from eagle3_quant.schemes import get_scheme
+
+    chosen = get_scheme(scheme)
+    return quantize_modules(tensors, layer_linear_modules(tensors) if modules is None else modules,
+                            per_channel=chosen.weight.granularity == "per_channel",
+                            static_input=not chosen.input.dynamic,
+                            mx_bits=chosen.weight.element_bits if chosen.mx else None)
+
+
+def mark_packed(tensors: Sequence[WeightTensor]) -> list[WeightTensor]:
+    """Packed MX weights (U8 beside a U8 E8M0 weight_scale [out, in / 32]) with their unpacked [out, in]."""
+    scales = {t.name.removesuffix(".weight_scale"): t for t in tensors
+              if t.name.endswith(".weight_scale") and t.dtype == "U8" and len(t.shape) == 2}
+    out = []
+    for t in tensors:
+        scale = scales.get(t.name.removesuffix(".weight")) if t.name.endswith(".weight") else None
+        if scale is not None and t.dtype == "U8" and len(t.shape) == 2:
+            t = replace(t, unpacked=(t.shape[0], scale.shape[1] * MX_GROUP))
+        out.append(t)
     return out
 
 
@@ -266,7 +302,7 @@ def tensors_cost(tensors: Sequence[WeightTensor], *, source: str, kv_heads: int,
     """'written' is the tensors as stored; for an unquantized list (project_ptpc None) or project_ptpc=True,
     the default PTPC plan's projection of them; draft_vocab projects a pruned vocabulary on top."""
     notes = []
-    quantized = any(t.dtype in FP8_DTYPES for t in tensors)
+    quantized = any(t.dtype in FP8_DTYPES or t.unpacked for t in tensors)
     project = not quantized if project_ptpc is None else project_ptpc and not quantized
     written = list(tensors)
     label = "as written" if quantized else "bf16"
@@ -308,7 +344,8 @@ def checkpoint_cost(src: str | Path, *, revision: str | None = None, draft_vocab
     raw = load_config_file(source.path / "config.json")
     config = parse_config(raw, detect_format(checkpoint.tensors, raw, str(source.path)),
                           source.path / "config.json")
-    tensors = [WeightTensor(name, info.shape, info.dtype) for name, info in sorted(checkpoint.tensors.items())]
+    tensors = mark_packed([WeightTensor(name, info.shape, info.dtype)
+                           for name, info in sorted(checkpoint.tensors.items())])
     return tensors_cost(tensors, source=source.describe(), kv_heads=config.num_key_value_heads,
                         heads=config.num_attention_heads, head_dim=config.head_dim, draft_vocab=draft_vocab,
                         profile=profile, k=k)

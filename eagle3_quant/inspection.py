@@ -52,11 +52,15 @@ class DraftInspection:
         return asdict(self)
 
 
-def estimate_output_bytes(draft: DraftCheckpoint, quantized_modules: set[str], static_input: bool) -> int:
+def estimate_output_bytes(draft: DraftCheckpoint, quantized_modules: set[str], static_input: bool,
+                          mx_bits: int | None = None) -> int:
+    """FP8: one byte a weight + fp32 scales; MX (`mx_bits`): packed elements + one E8M0 byte per 32 inputs."""
     total = 0
     for name, info in draft.checkpoint.tensors.items():
         module = name.removesuffix(".weight")
-        if name.endswith(".weight") and module in quantized_modules:
+        if name.endswith(".weight") and module in quantized_modules and mx_bits:
+            total += info.numel * mx_bits // 8 + info.numel // 32 + (4 if static_input else 0)
+        elif name.endswith(".weight") and module in quantized_modules:
             total += info.numel + 4 * (info.shape[0] + (1 if static_input else 0))
         else:
             total += info.nbytes
@@ -104,5 +108,6 @@ def inspect_draft(src: str | Path, scheme: str = DEFAULT_SCHEME, exclude: Sequen
         linears=rows,
         vllm_exclude=[exclude_pattern(d.role) for d in plan.excluded],
         estimated_output_bytes=estimate_output_bytes(
-            draft, {d.module for d in plan.quantized}, static_input=not plan.scheme.input.dynamic),
+            draft, {d.module for d in plan.quantized}, static_input=not plan.scheme.input.dynamic,
+            mx_bits=plan.scheme.weight.element_bits if plan.scheme.mx else None),
     )

@@ -98,7 +98,18 @@ def make_plan(draft: DraftCheckpoint, scheme: Scheme, exclude: Sequence[str] | N
         decisions.append(LayerDecision(lin.role, lin.module, lin.out_features, lin.in_features, keep, reason))
     plan = QuantPlan(scheme, tuple(decisions))
     _check_fused_groups(plan, fused_groups(draft.config))
+    _check_group_widths(plan)
     return plan
+
+
+def _check_group_widths(plan: QuantPlan) -> None:
+    """An MX scheme scales groups of 32 input elements: every quantized linear's input width must divide."""
+    group = plan.scheme.weight.group_size
+    for d in plan.quantized:
+        if group and d.in_features % group:
+            raise SchemeError(f"scheme {plan.scheme.name} quantizes groups of {group} input elements, but "
+                              f"{d.module}.weight has {d.in_features} inputs (not a multiple of {group}); "
+                              f"keep it BF16 with --exclude {d.role}", field="scheme")
 
 
 def _check_fused_groups(plan: QuantPlan, groups: Mapping[str, tuple[str, ...]]) -> None:

@@ -7,20 +7,46 @@ from typing import Literal
 
 from eagle3_quant.errors import SchemeError
 
+MX_GROUP_SIZE = 32          # OCP microscaling: one E8M0 scale per 32 consecutive input elements
+# element dtype -> (name in docs, bits per element)
+ELEMENT_DTYPES = {"fp8_e4m3": ("FP8 E4M3", 8), "fp4": ("MXFP4 E2M1", 4), "fp6_e2m3": ("MXFP6 E2M3", 6),
+                  "fp6_e3m2": ("MXFP6 E3M2", 6)}
+
 
 @dataclass(frozen=True)
 class TensorQuantSpec:
-    """How one tensor kind (weight or input activation) is quantized."""
+    """How one tensor kind (weight or input activation) is quantized.
 
-    granularity: Literal["per_channel", "per_tensor"]
+    FP8: per output channel, per token (``ch_axis`` 1) or per tensor, with float32 scales. MX (``per_group``):
+    groups of `group_size` elements along the input dimension, each with one E8M0 (power of two) scale.
+    """
+
+    granularity: Literal["per_channel", "per_tensor", "per_group"]
     ch_axis: int | None
     dynamic: bool
     dtype: str = "fp8_e4m3"
+    group_size: int | None = None
+    scale_format: Literal["float32", "e8m0"] = "float32"
+
+    @property
+    def mx(self) -> bool:
+        return self.granularity == "per_group" and self.scale_format == "e8m0"
+
+    @property
+    def element_bits(self) -> int:
+        return ELEMENT_DTYPES[self.dtype][1]
 
     def describe(self) -> str:
-        where = "per-token" if self.ch_axis == 1 else (
-            "per-channel" if self.granularity == "per_channel" else "per-tensor")
-        return f"FP8 E4M3 {where}, {'dynamic' if self.dynamic else 'static'}"
+        if self.mx:
+            where = f"per group of {self.group_size} (E8M0 scales)"
+        else:
+            where = "per-token" if self.ch_axis == 1 else (
+                "per-channel" if self.granularity == "per_channel" else "per-tensor")
+        return f"{ELEMENT_DTYPES[self.dtype][0]} {where}, {'dynamic' if self.dynamic else 'static'}"
+
+
+def mx_spec(dtype: str, dynamic: bool) -> TensorQuantSpec:
+    return TensorQuantSpec("per_group", -1, dynamic, dtype, MX_GROUP_SIZE, "e8m0")
 
 
 @dataclass(frozen=True)
@@ -31,6 +57,22 @@ class Scheme:
     input: TensorQuantSpec
     needs_calibration: bool
     vllm_scheme: str = "QuarkW8A8Fp8"
+    engines: tuple[str, ...] = ("vllm", "sglang")   # the engines whose Quark loader builds this scheme
+    engine_notes: tuple[tuple[str, str], ...] = ()  # (engine, why it cannot load this scheme)
+
+    @property
+    def mx(self) -> bool:
+        return self.weight.mx
+
+    def why_not(self, engine: str) -> str | None:
+        """None when `engine` loads this scheme, else the reason it cannot."""
+        if engine in self.engines:
+            return None
+        return dict(self.engine_notes).get(engine, f"{engine} has no loader for scheme {self.name}")
+
+
+_SGLANG_NO_DENSE_W4A8 = ("sglang", "SGLang 0.5.23's Quark loader has no dense linear scheme for MXFP4 weights with "
+                                   "FP8 activations (W4A8 is MoE-only)")
 
 
 SCHEMES: dict[str, Scheme] = {
@@ -50,6 +92,26 @@ SCHEMES: dict[str, Scheme] = {
             input=TensorQuantSpec("per_tensor", None, dynamic=False),
             needs_calibration=True,
         ),
+        Scheme(
+            name="w_mxfp4_a_mxfp4",
+            summary="MXFP4 weights and activations (E2M1, one E8M0 scale per 32 inputs; activations dynamic); "
+                    "no data needed",
+            weight=mx_spec("fp4", dynamic=False),
+            input=mx_spec("fp4", dynamic=True),
+            needs_calibration=False,
+            vllm_scheme="QuarkOCP_MX",
+        ),
+        Scheme(
+            name="w_mxfp4_a_fp8",
+            summary="MXFP4 weights (one E8M0 scale per 32 inputs), FP8 activations per tensor (static); needs "
+                    "calibration data (--calib)",
+            weight=mx_spec("fp4", dynamic=False),
+            input=TensorQuantSpec("per_tensor", None, dynamic=False),
+            needs_calibration=True,
+            vllm_scheme="QuarkW4A8_MXFP4_FP8",
+            engines=("vllm",),
+            engine_notes=(_SGLANG_NO_DENSE_W4A8,),
+        ),
     )
 }
 DEFAULT_SCHEME = "ptpc_fp8"
@@ -61,3 +123,17 @@ def get_scheme(name: str) -> Scheme:
     except KeyError:
         raise SchemeError(f"unknown scheme {name!r}; valid schemes: {', '.join(SCHEMES)}",
                           field="scheme") from None
+
+
+ENGINES = ("vllm", "sglang")
+
+
+def check_engines(scheme: Scheme, engines: tuple[str, ...]) -> None:
+    """Refuse, in one line, a scheme that one of `engines` cannot load."""
+    for engine in engines:
+        if engine not in ENGINES:
+            raise SchemeError(f"unknown engine {engine!r}; valid engines: {', '.join(ENGINES)}", field="engine")
+        why = scheme.why_not(engine)
+        if why:
+            raise SchemeError(f"scheme {scheme.name} cannot be served by {engine}: {why} (--engine names the engines "
+                              "the artifact must load in; default both)", field="engine")

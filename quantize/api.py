@@ -147,7 +147,8 @@ def _quantize_pruned(src: str | Path, out: str | Path, opts: QuantizeOptions,
 
 def _check_resources(draft, out: Path, plan: QuantPlan, in_memory: bool) -> None:
     quantized = {d.module for d in plan.quantized}
-    output_bytes = estimate_output_bytes(draft, quantized, static_input=not plan.scheme.input.dynamic)
+    output_bytes = estimate_output_bytes(draft, quantized, static_input=not plan.scheme.input.dynamic,
+                                         mx_bits=plan.scheme.weight.element_bits if plan.scheme.mx else None)
     check_resources(draft, out, output_bytes, {m + ".weight" for m in quantized}, per_shard=not in_memory)
 
 

@@ -91,10 +91,24 @@ class _Swaps:
         self.saved.clear()
 
 
+def _in_dtype(twin: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
+    """The simulated linear with its bias in the candidate runtime's dtype (the twins are built from the
+    weights in the dtype Quark reads)."""
+    from eagle3_quant.runtime.fp8_linear import Fp8Linear
+
+    bias = twin.bias.to(dtype) if twin.bias is not None else None
+    if isinstance(twin, Fp8Linear):
+        return Fp8Linear(twin.weight, twin.weight_scale, twin.input_scale, bias, twin.mode)
+    if bias is None or bias.dtype == twin.bias.dtype:       # an MX linear: its own buffers, as harmonized
+        return twin
+    cast = copy.deepcopy(twin)
+    cast.bias = bias
+    return cast
+
+
 def measure_ladder(draft: DraftCheckpoint, ladder: Ladder, calib_path: Path, calibration: CalibrationSet,
                    exclude, device: str, counts: torch.Tensor,
                    progress: Callable[[Candidate], None] | None = None) -> list[Measured]:
-    from eagle3_quant.runtime.fp8_linear import Fp8Linear
     from eagle3_quant.runtime.loading import load_draft
 
     embedding = calibration_embedding(draft, calibration)
@@ -120,9 +134,7 @@ def measure_ladder(draft: DraftCheckpoint, ladder: Ladder, calib_path: Path, cal
             twins[cand.scheme] = fp8_versions(native, scheme, batches or [], groups)
         swaps = _Swaps(candidate_runtime)
         for decision in make_plan(draft, scheme, exclude, cand.quantize_fc).quantized:
-            twin = twins[cand.scheme][decision.module]
-            bias = twin.bias.to(reference.dtype) if twin.bias is not None else None
-            swaps.set(decision.module, Fp8Linear(twin.weight, twin.weight_scale, twin.input_scale, bias, twin.mode))
+            swaps.set(decision.module, _in_dtype(twins[cand.scheme][decision.module], reference.dtype))
         coverage = None
         if cand.draft_vocab is not None:
             keep = choose_vocab(current, counts, cand.draft_vocab).to(reference.lm_head.weight.device)

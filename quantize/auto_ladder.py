@@ -5,8 +5,8 @@ to 1/2, 1/3, 1/4 of it where the calibration set ranks that many tokens) and fc'
 every engine asked for loads it: vLLM does, SGLang does not). ``lm_head`` stays BF16: no engine loads a
 quantized Eagle3 lm_head (``eagle3_quant/lm_head_support.py``). Step bytes come from ``eagle3_quant/cost.py``
 on the draft's headers and the plan ``quantize`` would write. A scheme joins the ladder by registering, once
-the cost projection and the simulation know its number format (FP8 E4M3 today); one they do not know is
-listed in ``skipped`` with the reason.
+the cost projection and the simulation know its number format (FP8 E4M3 and MXFP4); one they do not know, or
+one an engine asked for cannot load (``Scheme.why_not``), is listed in ``skipped`` with the reason.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from eagle3_quant.schemes import SCHEMES, Scheme
 VOCAB_FRACTIONS = (2, 3, 4)             # pruned vocabularies of 1/2, 1/3, 1/4 of the current one
 ENGINES = ("both", "vllm", "sglang")
 FC_FP8_ENGINES = frozenset({"vllm"})    # SGLang's Eagle3 loader keeps fc a plain nn.Linear (docs/commands.md)
-SIMULATED_DTYPES = frozenset({"fp8_e4m3"})
+SIMULATED_DTYPES = frozenset({"fp8_e4m3", "fp4"})       # element dtypes (schemes.ELEMENT_DTYPES)
 
 
 @dataclass(frozen=True)
@@ -59,6 +59,10 @@ class Ladder:
 def simulated(scheme: Scheme) -> bool:
     """Whether the cost projection and the whole-plan simulation know this scheme's number format."""
     return scheme.weight.dtype in SIMULATED_DTYPES and scheme.input.dtype in SIMULATED_DTYPES
+
+
+def serving_engines(engine: str) -> tuple[str, ...]:
+    return ("vllm", "sglang") if engine == "both" else (engine,)
 
 
 def fc_choices(engine: str) -> tuple[bool, ...]:
@@ -91,7 +95,17 @@ def build_ladder(draft: DraftCheckpoint, exclude: Sequence[str], engine: str, si
     candidates = []
     for scheme in schemes if schemes is not None else SCHEMES.values():
         if not simulated(scheme):
-            skipped.append(f"{scheme.name}: the simulation knows FP8 E4M3 only, not {scheme.weight.dtype}")
+            skipped.append(f"{scheme.name}: the simulation knows FP8 E4M3 and MXFP4 (E2M1) only, not "
+                           f"{scheme.weight.dtype}")
+            continue
+        why_not = [f"{e}: {scheme.why_not(e)}" for e in serving_engines(engine) if scheme.why_not(e)]
+        if why_not:
+            skipped.append(f"{scheme.name}: --engine {engine} includes {why_not[0]}")
+            continue
+        try:
+            make_plan(draft, scheme, exclude, False)
+        except SchemeError as exc:          # e.g. an MX scheme on a width that is not a multiple of 32
+            skipped.append(f"{scheme.name}: {exc.message}")
             continue
         for fc in fc_choices(engine):
             try:
@@ -101,7 +115,8 @@ def build_ladder(draft: DraftCheckpoint, exclude: Sequence[str], engine: str, si
                 continue
             written = quantize_modules(tensors, [d.module for d in plan.quantized],
                                        per_channel=scheme.weight.granularity == "per_channel",
-                                       static_input=not scheme.input.dynamic)
+                                       static_input=not scheme.input.dynamic,
+                                       mx_bits=scheme.weight.element_bits if scheme.mx else None)
             for n in (None, *sizes):
                 projected = prune_vocab(written, n) if n is not None else written
                 candidates.append(Candidate(scheme.name, n, fc, step_cost(projected, "").total_bytes))

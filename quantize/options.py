@@ -7,7 +7,7 @@ from pathlib import Path
 
 from eagle3_quant.errors import OptionsError, SchemeError
 from eagle3_quant.options import DEVICE_HELP, check_device, check_fraction, check_positive, option
-from eagle3_quant.schemes import DEFAULT_SCHEME, get_scheme
+from eagle3_quant.schemes import DEFAULT_SCHEME, check_engines, get_scheme
 
 AUTO_SCHEME = "auto"             # --scheme auto: the cheapest candidate that keeps the acceptance gate
 ENGINES = ("both", "vllm", "sglang")
@@ -40,8 +40,9 @@ class QuantizeOptions:
     min_acceptance_ratio: float = option(
         0.99, "--scheme auto: the gate, acceptance length candidate / BF16 draft on --calib (point ratio, in (0, 1]; "
               "its 95% interval is recorded beside it).")
-    engine: str = option("both", "--scheme auto: the engines the artifact must load in (both, vllm, sglang); "
-                                 "vllm alone also tries fc in FP8 (SGLang drops fc's FP8 scale).")
+    engine: str = option("both", "The serving engines the artifact must load in (both, vllm, sglang): a scheme "
+                                 "one of them cannot load is refused before any work; with --scheme auto, vllm "
+                                 "alone also tries fc in FP8 (SGLang drops fc's FP8 scale).")
 
     def __post_init__(self) -> None:
         if isinstance(self.exclude, str) or self.exclude is None:
@@ -59,6 +60,7 @@ class QuantizeOptions:
             self._check_auto()
             return
         chosen = get_scheme(self.scheme)
+        check_engines(chosen, self.serving_engines)
         check_fraction(self.auto_exclude, "auto_exclude")
         if chosen.needs_calibration and self.calib is None:
             raise SchemeError(f"scheme {chosen.name!r} has static input scales and needs calibration data "
@@ -71,6 +73,11 @@ class QuantizeOptions:
             raise SchemeError("--auto-exclude measures layer sensitivity on calibration data: give --calib CAL",
                               field="calib")
 
+
+    @property
+    def serving_engines(self) -> tuple[str, ...]:
+        """The engines `engine` names: both means vLLM and SGLang."""
+        return ("vllm", "sglang") if self.engine == "both" else (self.engine,)
 
     def _check_auto(self) -> None:
         if self.calib is None:

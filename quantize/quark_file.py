@@ -1,4 +1,4 @@
-"""Quark 0.13's file-to-file path. The only module that imports quark.torch for PTPC."""
+"""Quark 0.13's file-to-file path (PTPC, MX with dynamic MX activations) and the Quark configs of every scheme."""
 
 from __future__ import annotations
 
@@ -13,10 +13,16 @@ from eagle3_quant.reading.draft import DraftCheckpoint
 from eagle3_quant.schemes import Scheme, TensorQuantSpec
 from eagle3_quant.util.outdir import scratch_beside
 
+MX_SPEC_CLASSES = {"fp4": "OCP_MXFP4Spec", "fp6_e2m3": "OCP_MXFP6E2M3Spec", "fp6_e3m2": "OCP_MXFP6E3M2Spec"}
+
 
 def _spec(spec: TensorQuantSpec, scale_type: str | None):
+    from quark.torch.quantization.config import config as quark_specs
     from quark.torch.quantization.config.config import FP8E4M3PerChannelSpec, FP8E4M3PerTensorSpec
 
+    if spec.mx:   # Quark's own OCP MX spec: group 32 along the input dim, E8M0 scales, half-even rounding
+        mx_class = getattr(quark_specs, MX_SPEC_CLASSES[spec.dtype])
+        return mx_class(ch_axis=-1, is_dynamic=spec.dynamic).to_quantization_spec()
     extra = {"scale_type": scale_type} if scale_type else {}
     if spec.granularity == "per_channel":
         return FP8E4M3PerChannelSpec(ch_axis=spec.ch_axis, is_dynamic=spec.dynamic, **extra).to_quantization_spec()

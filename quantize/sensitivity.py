@@ -120,8 +120,9 @@ def quark_weight(weight: torch.Tensor, scheme: Scheme) -> tuple[torch.Tensor, to
 
 
 def fp8_versions(runtime, scheme: Scheme, batches: list[dict], groups: dict) -> dict[str, torch.nn.Module]:
-    """An FP8 twin of every linear, as vLLM would run the artifact (fused shards harmonized)."""
+    """An FP8 (or MXFP4) twin of every linear, as vLLM would run the artifact (fused shards harmonized)."""
     from eagle3_quant.runtime.fp8_linear import Fp8Linear, harmonize_fused
+    from eagle3_quant.runtime.mx_linear import MxLinear, harmonize_fused_mx
 
     absmax = _input_absmax(runtime, batches, CALIBRATION_STEPS) if not scheme.input.dynamic else {}
     out = {}
@@ -130,13 +131,30 @@ def fp8_versions(runtime, scheme: Scheme, batches: list[dict], groups: dict) -> 
         if not scheme.input.dynamic:
             input_scale = torch.tensor([max(absmax[name], 1e-12) / 448.0], dtype=torch.float32,
                                        device=linear.weight.device)
-        weight, scale = quark_weight(linear.weight.detach(), scheme)
         bias = linear.bias.detach() if linear.bias is not None else None
+        if scheme.mx:
+            out[name] = _mx_version(linear, scheme, input_scale, bias)
+            continue
+        weight, scale = quark_weight(linear.weight.detach(), scheme)
         out[name] = Fp8Linear(weight, scale, input_scale, bias)
     for _roles, modules in groups.values():
-        if len(modules) > 1:
+        if len(modules) > 1 and scheme.mx:
+            harmonize_fused_mx([out[m] for m in modules if isinstance(out[m], MxLinear)])
+        elif len(modules) > 1:
             harmonize_fused([out[m] for m in modules])
     return out
+
+
+def _mx_version(linear, scheme: Scheme, input_scale: torch.Tensor | None, bias: torch.Tensor | None):
+    """An MXFP4 twin of a float linear: Quark's packed weight and E8M0 scales (bit for bit), vLLM's math.
+    A linear whose width is not a multiple of 32 stays as it is (the plan refuses to quantize it)."""
+    from eagle3_quant.runtime import mx
+    from eagle3_quant.runtime.mx_linear import MxLinear
+
+    if linear.weight.shape[1] % mx.MX_BLOCK:
+        return linear
+    packed, scale = mx.quantize_mxfp4(linear.weight.detach())
+    return MxLinear(packed, scale, "mxfp4" if scheme.input.mx else "fp8_static", input_scale, bias)
 
 
 class _Tally:

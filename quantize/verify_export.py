@@ -79,6 +79,35 @@ def _check_scale(info: TensorInfo | None, name: str, shape: tuple[int, ...], whe
         raise QuantizationError("scale is not finite and positive everywhere", path=where, tensor=name)
 
 
+def _check_e8m0(info: TensorInfo | None, name: str, shape: tuple[int, ...], where: Path) -> None:
+    if info is None:
+        raise QuantizationError("missing from the output", path=where, tensor=name)
+    if info.dtype != "U8" or info.shape != shape:
+        raise QuantizationError(f"expected E8M0 scales U8 {list(shape)}, got {info.dtype} {list(info.shape)}",
+                                path=where, tensor=name)
+    if bool((_load(info) == 255).any()):   # 0xFF is E8M0's NaN
+        raise QuantizationError("E8M0 scale holds NaN (0xFF)", path=where, tensor=name)
+
+
+def _check_mx_weight(written: dict[str, TensorInfo], module: str, src_info: TensorInfo, plan: QuantPlan,
+                     where: Path) -> set[str]:
+    """An MX weight: packed elements U8 [out, in * bits / 8] and E8M0 scales U8 [out, in / 32]; the names added."""
+    spec = plan.scheme.weight
+    rows, cols = src_info.shape
+    info = written[module + ".weight"]
+    packed = (rows, cols * spec.element_bits // 8)
+    if info.dtype != "U8" or info.shape != packed:
+        raise QuantizationError(f"expected packed {spec.dtype} U8 {list(packed)}, got {info.dtype} "
+                                f"{list(info.shape)}", path=where, tensor=module + ".weight")
+    _check_e8m0(written.get(module + ".weight_scale"), module + ".weight_scale", (rows, cols // spec.group_size),
+                where)
+    added = {module + ".weight_scale"}
+    if not plan.scheme.input.dynamic:
+        _check_scale(written.get(module + ".input_scale"), module + ".input_scale", (1,), where)
+        added.add(module + ".input_scale")
+    return added
+
+
 def verify_export(draft: DraftCheckpoint, out: Path, plan: QuantPlan) -> VerifiedExport:
     """Raise QuantizationError on any difference from the plan; return what was checked and every file's digest.
 
@@ -94,7 +123,9 @@ def verify_export(draft: DraftCheckpoint, out: Path, plan: QuantPlan) -> Verifie
         if out_info is None:
             raise QuantizationError("dropped from the output", path=out, tensor=name)
         module = name.removesuffix(".weight")
-        if name.endswith(".weight") and module in quantized:
+        if name.endswith(".weight") and module in quantized and plan.scheme.mx:
+            expected_new |= _check_mx_weight(written, module, src_info, plan, out)
+        elif name.endswith(".weight") and module in quantized:
             if out_info.dtype != "F8_E4M3" or out_info.shape != src_info.shape:
                 raise QuantizationError(f"expected F8_E4M3 {list(src_info.shape)}, got {out_info.dtype} "
                                         f"{list(out_info.shape)}", path=out, tensor=name)

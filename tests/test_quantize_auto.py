@@ -15,7 +15,7 @@ from eagle3_quant.quantize.auto_ladder import build_ladder, vocab_sizes
 from eagle3_quant.quantize.options import QuantizeOptions
 
 from eagle3_quant.cli import main
-from eagle3_quant.cost import checkpoint_cost
+from eagle3_quant.cost import WeightTensor, checkpoint_cost, project_scheme, step_cost
 from eagle3_quant.errors import AcceptanceGateError, DraftFormatError, OptionsError, SchemeError
 from eagle3_quant.reading.draft import read_draft
 from eagle3_quant.records.manifest import Manifest
@@ -35,15 +35,22 @@ def test_ladder_step_bytes_are_cost_py_s_and_ascending(tmp_path: Path):
     draft = read_draft(src)
     ladder = build_ladder(draft, (), "both", [128, 64])
     names = [c.name for c in ladder.candidates]
-    assert len(names) == len(SCHEMES) * 3 and not any("fc FP8" in n for n in names)
+    both = [s for s in SCHEMES if not any(SCHEMES[s].why_not(e) for e in ("vllm", "sglang"))]
+    assert "w_mxfp4_a_mxfp4" in both and "w_mxfp4_a_fp8" not in both
+    assert len(names) == len(both) * 3 and not any("fc FP8" in n for n in names)
+    assert any(s.startswith("w_mxfp4_a_fp8: --engine both includes sglang") for s in ladder.skipped)
     assert [c.step_bytes for c in ladder.candidates] == sorted(c.step_bytes for c in ladder.candidates)
     by_name = {c.name: c.step_bytes for c in ladder.candidates}
     assert by_name["ptpc_fp8"] == checkpoint_cost(src).written.total_bytes
     assert by_name["ptpc_fp8 + vocab 64"] == checkpoint_cost(src, draft_vocab=64).written.total_bytes
     assert ladder.bf16_step_bytes == checkpoint_cost(src).bf16.total_bytes
+    tensors = [WeightTensor(n, i.shape, i.dtype) for n, i in sorted(draft.checkpoint.tensors.items())]
+    assert by_name["w_mxfp4_a_mxfp4"] == step_cost(project_scheme(tensors, "w_mxfp4_a_mxfp4"), "").total_bytes
+    assert by_name["w_mxfp4_a_mxfp4"] < by_name["ptpc_fp8"]
     assert any("fc FP8" in s and "SGLang" in s for s in ladder.skipped)
     vllm = build_ladder(draft, (), "vllm", [128])
     fc = {c.name: c.step_bytes for c in vllm.candidates}
+    assert fc["w_mxfp4_a_fp8"] == step_cost(project_scheme(tensors, "w_mxfp4_a_fp8"), "").total_bytes
     assert fc["ptpc_fp8 + fc FP8"] < fc["ptpc_fp8"]
     assert fc["ptpc_fp8 + vocab 128 + fc FP8"] < fc["ptpc_fp8 + vocab 128"]
     assert build_ladder(draft, ("fc",), "vllm", []).skipped          # --exclude fc: no fc FP8 candidate
@@ -146,7 +153,8 @@ def test_tiny_pair_auto_picks_the_cheapest_that_keeps_the_gate(auto_on_tiny_pair
     record = manifest.auto_choice
     rows = record.candidates
     assert [r.step_bytes for r in rows] == sorted(r.step_bytes for r in rows)
-    assert {r.scheme for r in rows} == set(SCHEMES) and any(r.draft_vocab for r in rows)
+    assert {r.scheme for r in rows} == {s for s in SCHEMES if not SCHEMES[s].why_not("sglang")}
+    assert any(r.draft_vocab for r in rows)
     assert record.gate == "point" and record.min_acceptance_ratio == 0.99 and record.engine == "both"
     chosen = record.chosen_candidate
     assert chosen.keeps_gate and chosen.acceptance_ratio >= 0.99

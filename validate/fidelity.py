@@ -12,6 +12,7 @@ from safetensors import safe_open
 
 from eagle3_quant.reading.draft import DraftCheckpoint
 from eagle3_quant.runtime.acceptance import Fidelity, calibration_fidelity
+from eagle3_quant.runtime.mx import dequantize_mxfp4
 
 __all__ = ["Fidelity", "calibration_fidelity", "sqnr_db", "weight_sqnr"]
 
@@ -37,11 +38,16 @@ def weight_sqnr(art: Fp8Artifact, reference: DraftCheckpoint) -> list[dict]:
     for module in art.fp8_modules:
         info = art.checkpoint.tensors[module + ".weight"]
         ref_info = reference.checkpoint.tensors.get(module + ".weight")
-        if ref_info is None or ref_info.shape != info.shape:
+        packed = module in art.mx_modules
+        if ref_info is None or ref_info.shape != (info.shape[0], info.shape[1] * 2 if packed else info.shape[1]):
             continue
-        weight = _tensor(info).to(torch.float32)
-        scale = _tensor(art.checkpoint.tensors[module + ".weight_scale"]).to(torch.float32)
-        dequantized = weight * (scale.reshape(-1, 1) if scale.numel() > 1 else scale.reshape(()))
-        layers.append({"module": module, "role": art.role_of(module), "shape": list(info.shape),
+        if module in art.mx_modules:
+            dequantized = dequantize_mxfp4(_tensor(info), _tensor(art.checkpoint.tensors[module + ".weight_scale"]),
+                                           torch.float32)
+        else:
+            weight = _tensor(info).to(torch.float32)
+            scale = _tensor(art.checkpoint.tensors[module + ".weight_scale"]).to(torch.float32)
+            dequantized = weight * (scale.reshape(-1, 1) if scale.numel() > 1 else scale.reshape(()))
+        layers.append({"module": module, "role": art.role_of(module), "shape": list(ref_info.shape),
                        "sqnr_db": sqnr_db(_tensor(ref_info), dequantized)})
     return layers

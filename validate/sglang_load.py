@@ -53,7 +53,19 @@ def unsupported_format(artifact: Path) -> str | None:
     if arch != SGLANG_DRAFT_CLASS:
         return (f"SGLang 0.5.23 builds the class the config names ({arch}), not an Eagle3 draft; it serves Llama "
                 f"Eagle3 drafts whose config names {SGLANG_DRAFT_CLASS}")
-    return None
+    return _unsupported_scheme(artifact)
+
+
+def _unsupported_scheme(artifact: Path) -> str | None:
+    """Why SGLang cannot load the scheme the manifest names (e.g. MXFP4 weights with FP8 activations)."""
+    from eagle3_quant.schemes import SCHEMES
+
+    try:
+        name = json.loads((artifact / "eagle3_quant.json").read_text())["scheme"]["name"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    scheme = SCHEMES.get(name) if isinstance(name, str) else None
+    return scheme.why_not("sglang") if scheme is not None else None
 
 
 def _child_env() -> dict:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 from eagle3_quant.quantize.verify_export import same_bytes
+from eagle3_quant.validate.mx_structure import check_mx_weights
 from eagle3_quant.validate.report import Check, failed, passed, skipped
 from safetensors import safe_open
 
@@ -23,6 +24,7 @@ from eagle3_quant.reading.formats import detect_format
 from eagle3_quant.reading.layout import DraftLayout, build_layout
 from eagle3_quant.reading.safetensors_header import FLOAT_DTYPES, FP8_DTYPES, TensorInfo
 from eagle3_quant.records.manifest import MANIFEST_NAME, Manifest
+from eagle3_quant.runtime.mx_loading import mx_modules
 
 SCALE_SUFFIXES = ("weight_scale", "input_scale")
 ROWS_PER_CHUNK = 4096
@@ -38,7 +40,8 @@ class Fp8Artifact:
     raw_config: dict
     config: DraftConfig
     layout: DraftLayout
-    fp8_modules: tuple[str, ...]
+    fp8_modules: tuple[str, ...]          # every quantized linear: FP8, or packed MXFP4 when `mx_modules` names it
+    mx_modules: tuple[str, ...] = ()
 
     @property
     def quant_config(self) -> dict:
@@ -53,15 +56,20 @@ def read_artifact(out: Path) -> Fp8Artifact:
     """Headers and config of OUT; the draft's layout is checked as if its FP8 weights were BF16."""
     raw = load_config_file(out / "config.json")
     checkpoint = read_checkpoint(out)
-    fp8 = tuple(sorted(n.removesuffix(".weight") for n, i in checkpoint.tensors.items() if i.dtype in FP8_DTYPES))
+    mx = tuple(sorted(mx_modules(checkpoint.tensors, out)))
+    fp8 = tuple(sorted({n.removesuffix(".weight") for n, i in checkpoint.tensors.items() if i.dtype in FP8_DTYPES}
+                       | set(mx)))
     scales = {f"{m}.{s}" for m in fp8 for s in SCALE_SUFFIXES}
     view = {n: dataclasses.replace(i, dtype="BF16") if i.dtype in FP8_DTYPES else i
             for n, i in checkpoint.tensors.items() if n not in scales}
+    for module in mx:      # packed MXFP4: two elements a byte
+        info = view[module + ".weight"]
+        view[module + ".weight"] = dataclasses.replace(info, dtype="BF16", shape=(info.shape[0], info.shape[1] * 2))
     fmt = detect_format(view, raw, str(out))
     float_raw = {k: v for k, v in raw.items() if k != "quantization_config"}
     config = parse_config(float_raw, fmt, out / "config.json")
     layout = build_layout(fmt, config, view, str(out))
-    return Fp8Artifact(out, checkpoint, raw, config, layout, fp8)
+    return Fp8Artifact(out, checkpoint, raw, config, layout, fp8, mx)
 
 
 def _listed(problems: list[str]) -> str:
@@ -75,6 +83,8 @@ def _load(info: TensorInfo) -> torch.Tensor:
 
 
 def check_fp8_weights(art: Fp8Artifact) -> Check:
+    if art.mx_modules:
+        return check_mx_weights(art)
     tensors, problems = art.checkpoint.tensors, []
     per_channel = (art.quant_config.get("global_quant_config") or {}).get("weight", {}).get("qscheme") \
         == "per_channel"
@@ -166,8 +176,13 @@ def check_unchanged(art: Fp8Artifact, reference: DraftCheckpoint | None) -> Chec
         if name in skip:
             continue
         source = ref.get(name)
+        packed = name.removesuffix(".weight") in art.mx_modules and name.endswith(".weight")
         if source is None:
             problems.append(f"{name} is not in the reference")
+        elif packed and source.shape != (info.shape[0], info.shape[1] * 2):
+            problems.append(f"{name} has packed shape {list(info.shape)}, the reference {list(source.shape)}")
+        elif packed:
+            continue
         elif info.shape != source.shape:
             problems.append(f"{name} has shape {list(info.shape)}, the reference {list(source.shape)}")
         elif info.dtype in FP8_DTYPES:
@@ -190,8 +205,9 @@ def _config_problems(art: Fp8Artifact, reference: DraftCheckpoint | None) -> lis
         return ["config.json has no quantization_config"]
     global_config = qc.get("global_quant_config") or {}
     weight, inputs = global_config.get("weight") or {}, global_config.get("input_tensors") or {}
-    if weight.get("dtype") != "fp8_e4m3":
-        problems.append(f"global_quant_config.weight.dtype is {weight.get('dtype')!r}, expected 'fp8_e4m3'")
+    expected = "fp4" if art.mx_modules else "fp8_e4m3"
+    if weight.get("dtype") != expected:
+        problems.append(f"global_quant_config.weight.dtype is {weight.get('dtype')!r}, expected {expected!r}")
     dynamic = bool(inputs.get("is_dynamic"))
     static_modules = [m for m in art.fp8_modules if f"{m}.input_scale" in art.checkpoint.tensors]
     if dynamic and static_modules:

@@ -127,7 +127,27 @@ def _rocm_fp8_kernels() -> None:
                                                       pytorch.ChannelWiseTorchFP8ScaledMMLinearKernel]
 
 
-def apply_cpu_patches() -> None:
+MX_STAND_IN = ("MXFP4 linears: vLLM's own EmulationMxfp4LinearKernel (QuarkOCP_MX) or QuarkW4A8_MXFP4_FP8's "
+               "emulation path, as vLLM runs them without native MX GEMMs; their Quark dequantize / quantize-"
+               "dequantize kernels (CUDA/HIP-only) replaced by the project's bit-exact torch E2M1/E8M0 math "
+               "(eagle3_quant.runtime.mx), not the gfx950 MX GEMM")
+
+
+def _mx_emulation() -> None:
+    """Point the CPU platform at vLLM's MXFP4 emulation kernel, and Quark's GPU-only MX kernels at plain torch."""
+    from quark.torch.kernel import mx as quark_mx
+    from vllm.model_executor.kernels import linear
+    from vllm.model_executor.kernels.linear.mxfp4.emulation import EmulationMxfp4LinearKernel
+    from vllm.platforms import PlatformEnum
+
+    from eagle3_quant.runtime import mx
+
+    linear._POSSIBLE_MXFP4_KERNELS[PlatformEnum.CPU] = [EmulationMxfp4LinearKernel]
+    quark_mx.dq_mxfp4 = mx.dequantize_mxfp4
+    quark_mx.qdq_mxfp4 = lambda x, scale_calculation_mode="even": mx.quant_dequant_mx(x, "fp4")
+
+
+def apply_cpu_patches(mx_emulation: bool = False) -> None:
     """Idempotent; call before building the model."""
     os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
     torch.accelerator.empty_cache = lambda: None
@@ -145,6 +165,8 @@ def apply_cpu_patches() -> None:
     torch.ops._C.silu_and_mul_quant = _silu_and_mul_quant
     _rocm_fp8_kernels()
     layer_utils.check_cpu_sgl_kernel = lambda *args: False   # its packed GEMM is in _C: vLLM's torch fallback
+    if mx_emulation:
+        _mx_emulation()
 
 
 def write_target_config(draft_config: dict, folder: Path, num_layers: int) -> Path:

@@ -26,6 +26,7 @@ CHECK_NAME = "vllm_load"
 QUANTIZED_METHODS = ("QuarkLinearMethod",)
 MAX_RELATIVE_DLOGIT = 0.01     # max |dlogit| / max |logit| between vLLM's forward and the runtime
 MIN_TOP1 = 0.95
+MX_NOTE = "; MXFP4 GEMMs: vLLM's emulation kernels with torch E2M1/E8M0 math, not the gfx950 MX GEMM"
 
 
 @dataclass(frozen=True)
@@ -113,6 +114,8 @@ def vllm_load_check(result: dict) -> Check:
                                    "skipped_on_purpose", "attention", "inputs", "embedding", "wall_s")}
     data["lm_head"] = result.get("lm_head", "the draft's own")
     data["logits"], data["logits_by_form"] = logits, forms
+    if result.get("mx_kernel"):
+        data["mx_kernel"] = result["mx_kernel"]
     if problems:
         return failed(CHECK_NAME, "; ".join(problems), **data)
     methods = sorted({f"{i['quant_method']}{'/' + i['scheme'] if i['scheme'] else ''}"
@@ -124,7 +127,8 @@ def vllm_load_check(result: dict) -> Check:
               + "; ".join(f"{form + ' form ' if len(forms) > 1 else ''}top-1 {each['top1_agreement']:.3f}, "
                           f"max |dlogit| {100 * each['relative_dlogit']:.2f}% of max |logit|"
                           for form, each in forms.items())
-              + " (the attention kernel replaced by a causal fp32-score stand-in on CPU)")
+              + " (the attention kernel replaced by a causal fp32-score stand-in on CPU"
+              + f"{MX_NOTE if result.get('mx_kernel') else ''})")
     return passed(CHECK_NAME, detail, **data)
 
 

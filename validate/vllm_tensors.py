@@ -120,8 +120,8 @@ def compare_loaded(artifact: Path, record: dict, model) -> dict:
     shared = () if SHARED_LM_HEAD in tensors else (SHARED_LM_HEAD,)
     uninitialized = sorted(n for n in params if n not in covered and not n.endswith(NOT_IN_CHECKPOINT)
                            and n not in shared)
-    fp8 = (torch.float8_e4m3fn, torch.float8_e4m3fnuz)
-    expected = {vllm_name(n, stacked)[0].rpartition(".")[0]: t.dtype in fp8
+    quantized = (torch.float8_e4m3fn, torch.float8_e4m3fnuz, torch.uint8)   # uint8: packed MXFP4
+    expected = {vllm_name(n, stacked)[0].rpartition(".")[0]: t.dtype in quantized
                 for n, t in tensors.items() if n.endswith(".weight")}
     return {"tensors": len(tensors), "identical": len(identical), "skipped_on_purpose": skipped,
             "not_consumed": missing, "not_identical": differing, "uninitialized": uninitialized,
@@ -136,8 +136,10 @@ def runtime_linears(model) -> dict[str, dict]:
         if method is None or not hasattr(module, "weight") or "embed_tokens" in name:
             continue
         scheme = getattr(module, "scheme", None)
-        kernel = getattr(scheme, "fp8_linear", None)
+        kernel = getattr(scheme, "fp8_linear", None) or getattr(scheme, "ocp_mx_linear", None)
+        if kernel is None and type(scheme).__name__ == "QuarkW4A8_MXFP4_FP8":   # no kernel object: a flag
+            kernel = "aiter gemm_a8wfp4" if scheme.use_aiter_kernel else "QuarkW4A8_MXFP4_FP8._apply_emulation"
         out[name] = {"prefix": getattr(module, "prefix", None), "quant_method": type(method).__name__,
                      "scheme": type(scheme).__name__ if scheme is not None else None,
-                     "kernel": type(kernel).__name__ if kernel is not None else None}
+                     "kernel": kernel if isinstance(kernel, str) or kernel is None else type(kernel).__name__}
     return out

@@ -136,13 +136,15 @@ def _compare_forms(model, ours, inputs, dtype, d2t, mla: bool) -> dict[str, dict
 
 def run(request: dict, artifact: Path) -> dict:
     started = time.perf_counter()
-    vllm_harness.apply_cpu_patches()
+    cfg = json.loads((artifact / "config.json").read_text())
+    weight = ((cfg.get("quantization_config") or {}).get("global_quant_config") or {}).get("weight") or {}
+    mx = isinstance(weight, dict) and weight.get("dtype") == "fp4"
+    vllm_harness.apply_cpu_patches(mx_emulation=mx)
     import vllm
 
     from eagle3_quant.reading.families import DraftFamily, detect_family
     from eagle3_quant.runtime.loading import load_draft
 
-    cfg = json.loads((artifact / "config.json").read_text())
     mla = detect_family(cfg, artifact / "config.json") is DraftFamily.MLA
     dtype_name = str((cfg.get("transformer_layer_config") or cfg).get("torch_dtype") or cfg.get("torch_dtype")
                      or "bfloat16")
@@ -172,6 +174,7 @@ def run(request: dict, artifact: Path) -> dict:
             "vllm_decode_vs_prefill": forms.pop("vllm_decode_vs_prefill", None),
             "logits": forms["decode" if mla else "paged"], "logits_by_form": forms,
             "attention": vllm_harness.MLA_ATTENTION_STAND_IN if mla else vllm_harness.ATTENTION_STAND_IN,
+            **({"mx_kernel": vllm_harness.MX_STAND_IN} if mx else {}),
             "inputs": inputs,
             "embedding": "the draft's own" if own_embedding else "seeded random (vLLM shares the target's)",
             "lm_head": "the draft's own" if own_lm_head else "seeded random (vLLM shares the target's: "

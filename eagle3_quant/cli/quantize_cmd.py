@@ -62,7 +62,8 @@ def quantize_command(
     outputs = result.manifest.outputs
     console.print(f"wrote {result.output} in {result.seconds:.1f} s: {len(outputs)} files, "
                   f"{human_bytes(sum(o.size for o in outputs))}; "
-                  f"{len(result.plan.quantized)} linears FP8 ({result.plan.scheme.name}), "
+                  f"{len(result.plan.quantized)} linears {'MXFP4' if result.plan.scheme.mx else 'FP8'} "
+                  f"({result.plan.scheme.name}), "
                   f"{len(result.plan.excluded)} kept BF16; manifest {result.manifest_path.name}")
     pruning = result.manifest.vocab_pruning
     if pruning:

@@ -2,9 +2,10 @@
 
 Mirrors vLLM 0.33: ``QuarkConfig.from_config`` (needs ``export`` with ``kv_cache_group`` and
 ``pack_method``), ``should_ignore_layer`` (exact name, or ``re:`` + ``re.match``) and ``_is_fp8_w8a8``
-(-> ``QuarkW8A8Fp8``). A draft's QuarkConfig has an empty packed-modules mapping (``get_draft_quant_config``
-builds a fresh one), so a fused layer (``qkv_proj``, ``gate_up_proj``) is matched by its fused runtime name
-only: per-shard patterns (``q_proj``) leave it quantized.
+(-> ``QuarkW8A8Fp8``), then the OCP MX classes (``vllm_mx_rules``: ``QuarkW4A8_MXFP4_FP8``, ``QuarkOCP_MX``).
+A draft's QuarkConfig has an empty packed-modules mapping (``get_draft_quant_config`` builds a fresh one), so a
+fused layer (``qkv_proj``, ``gate_up_proj``) is matched by its fused runtime name only: per-shard patterns
+(``q_proj``) leave it quantized.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from eagle3_quant.engines.vllm_mx_rules import mx_scheme_choice
 from eagle3_quant.engines.vllm_names import CHECK_DEPTHS, RuntimeLayer, runtime_layers
 from eagle3_quant.reading.config import DraftConfig
 from eagle3_quant.reading.families import DraftFamily
@@ -63,14 +65,22 @@ def _ignored(layer: RuntimeLayer, exclude: list[str]) -> bool:
     return _matches(layer.name, exclude)
 
 
-def vllm_scheme_name(global_config: Mapping[str, Any]) -> str | None:
+def vllm_scheme_choice(global_config: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    """(the scheme class vLLM's Quark parser picks, why vLLM cannot build it) for a global config."""
     weight, inputs = global_config.get("weight"), global_config.get("input_tensors")
-    if not isinstance(weight, dict) or not isinstance(inputs, dict):
-        return None
-    fp8 = weight.get("dtype") == "fp8_e4m3" and inputs.get("dtype") == "fp8_e4m3"
-    weight_ok = not weight.get("is_dynamic") and weight.get("qscheme") in ("per_tensor", "per_channel")
-    input_ok = bool(inputs.get("is_dynamic")) or inputs.get("qscheme") == "per_tensor"
-    return "QuarkW8A8Fp8" if fp8 and weight_ok and input_ok else None
+    if not isinstance(weight, dict) or not (inputs is None or isinstance(inputs, dict)):
+        return None, None
+    if isinstance(inputs, dict):
+        fp8 = weight.get("dtype") == "fp8_e4m3" and inputs.get("dtype") == "fp8_e4m3"
+        weight_ok = not weight.get("is_dynamic") and weight.get("qscheme") in ("per_tensor", "per_channel")
+        input_ok = bool(inputs.get("is_dynamic")) or inputs.get("qscheme") == "per_tensor"
+        if fp8 and weight_ok and input_ok:
+            return "QuarkW8A8Fp8", None
+    return mx_scheme_choice(weight, inputs)
+
+
+def vllm_scheme_name(global_config: Mapping[str, Any]) -> str | None:
+    return vllm_scheme_choice(global_config)[0]
 
 
 def _config_problems(qc: Mapping[str, Any]) -> list[str]:
@@ -107,7 +117,7 @@ def check_loader_compat(quant_config: Mapping[str, Any], intended: Mapping[str, 
     problems = _config_problems(quant_config)
     exclude = [e for e in quant_config.get("exclude") or [] if isinstance(e, str)]
     global_config = quant_config.get("global_quant_config") or {}
-    scheme = vllm_scheme_name(global_config)
+    scheme, unbuildable = vllm_scheme_choice(global_config)
     layers = []
     for depth in depths:
         for layer in runtime_layers(depth, family, fused_q_a):
@@ -117,8 +127,10 @@ def check_loader_compat(quant_config: Mapping[str, Any], intended: Mapping[str, 
             if want is not None and quantized != want:
                 problem = (f"vLLM would {'quantize' if quantized else 'leave BF16'} it, but it was "
                            f"{'quantized' if want else 'kept BF16'} in the checkpoint")
+            elif quantized and unbuildable:
+                problem = unbuildable
             elif quantized and scheme is None:
-                problem = "global_quant_config is no FP8 W8A8 scheme vLLM's Quark loader supports"
+                problem = "global_quant_config is no FP8 W8A8 or OCP MX scheme vLLM's Quark loader supports"
             layers.append(LayerLoad(depth, layer.name, layer.roles, quantized,
                                     scheme if quantized else None, want, problem))
     return LoaderCheck(depths, tuple(layers), tuple(problems))

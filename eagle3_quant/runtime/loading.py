@@ -18,6 +18,8 @@ from eagle3_quant.reading.source import resolve_source
 from eagle3_quant.runtime.embedding import read_target_embedding, read_target_lm_head
 from eagle3_quant.runtime.fp8_linear import FP8_MODES, Fp8Linear, harmonize_fused, to_fnuz
 from eagle3_quant.runtime.model import Eagle3Draft
+from eagle3_quant.runtime.mx_linear import MxLinear, harmonize_fused_mx
+from eagle3_quant.runtime.mx_loading import mx_input_kind, mx_modules
 from eagle3_quant.runtime.spec import resolve_spec
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
@@ -45,20 +47,25 @@ def _fp8_modules(tensors: dict[str, TensorInfo], where: Path) -> dict[str, bool]
             raise DraftFormatError(f"input_scale must be F32 [1], got {inp.dtype} {list(inp.shape)}", path=where,
                                    tensor=module + ".input_scale")
         modules[module] = inp is not None
+    mx = mx_modules(tensors, where)
     orphans = [n for n in tensors if n.endswith((".weight_scale", ".input_scale"))
-               and n.rsplit(".", 1)[0] not in modules]
+               and n.rsplit(".", 1)[0] not in modules and n.rsplit(".", 1)[0] not in mx]
     if orphans:
         raise DraftFormatError("scale without an FP8 weight", path=where, tensor=orphans[0])
     return modules
 
 
-def _float_view(tensors: dict[str, TensorInfo], fp8: dict[str, bool]) -> dict[str, TensorInfo]:
+def _float_view(tensors: dict[str, TensorInfo], fp8: dict[str, bool], mx: dict[str, bool] | None = None,
+                ) -> dict[str, TensorInfo]:
     """The checkpoint as if it were the BF16 source, so the shared layout checks apply unchanged."""
     view = {}
+    mx = mx or {}
     for name, info in tensors.items():
         module, _, suffix = name.rpartition(".")
-        if module in fp8 and suffix in ("weight_scale", "input_scale"):
+        if (module in fp8 or module in mx) and suffix in ("weight_scale", "input_scale"):
             continue
+        if module in mx and suffix == "weight":     # packed MXFP4: two elements a byte
+            info = dataclasses.replace(info, dtype="BF16", shape=(info.shape[0], info.shape[1] * 2))
         view[name] = dataclasses.replace(info, dtype="BF16") if info.dtype == "F8_E4M3" else info
     return view
 
@@ -85,7 +92,16 @@ def _read_tensors(checkpoint: Checkpoint, names: set[str]) -> dict[str, torch.Te
 
 
 def _place_fp8(draft: Eagle3Draft, state: dict[str, torch.Tensor], fp8: dict[str, bool], mode: str,
-               dtype: torch.dtype) -> None:
+               dtype: torch.dtype, mx: dict[str, bool] | None = None, mx_input: str = "none") -> None:
+    mx = mx or {}
+    for module in mx:
+        parent_name, _, child = module.rpartition(".")
+        parent = draft.get_submodule(parent_name) if parent_name else draft
+        bias = state.pop(module + ".bias", None)
+        layer = MxLinear(state.pop(module + ".weight"), state.pop(module + ".weight_scale"),
+                         "fp8_static" if mx[module] else mx_input, state.pop(module + ".input_scale", None),
+                         bias.to(dtype) if bias is not None else None)
+        setattr(parent, child, layer)
     for module in fp8:
         parent_name, _, child = module.rpartition(".")
         parent = draft.get_submodule(parent_name) if parent_name else draft
@@ -99,11 +115,17 @@ def _place_fp8(draft: Eagle3Draft, state: dict[str, torch.Tensor], fp8: dict[str
         part = "mlp" if fused == "gate_up_proj" else "self_attn"
         names = [f"{prefix}{part}.{role}" for role in roles]
         quantized = [n in fp8 for n in names]
+        in_mx = [n in mx for n in names]
+        if any(in_mx) and not all(in_mx):
+            raise DraftFormatError(f"vLLM fuses {', '.join(roles)}: they must all be MXFP4 or all not",
+                                   tensor=names[in_mx.index(False)] + ".weight")
         if any(quantized) and not all(quantized):
             raise DraftFormatError(f"vLLM fuses {', '.join(roles)}: they must all be FP8 or all float",
                                    tensor=names[quantized.index(False)] + ".weight")
         if all(quantized):
             harmonize_fused([draft.get_submodule(n) for n in names])
+        if all(in_mx):
+            harmonize_fused_mx([draft.get_submodule(n) for n in names])
 
 
 def _shared_lm_head(lm_head: torch.Tensor | str | Path, shared: bool, cfg: DraftConfig, where: Path) -> torch.Tensor:
@@ -140,9 +162,11 @@ def load_draft(path: str | Path, device: str | torch.device | None = None, dtype
     fmt = detect_format(checkpoint.tensors, raw, str(where))
     cfg = parse_config(raw, fmt, where / "config.json")
     fp8 = _fp8_modules(checkpoint.tensors, where)
+    mx = mx_modules(checkpoint.tensors, where)
+    mx_input = mx_input_kind(raw, mx, where)
     _check_static_config(cfg, fp8, where)
     float_cfg = dataclasses.replace(cfg, raw={k: v for k, v in raw.items() if k != "quantization_config"})
-    layout = build_layout(fmt, float_cfg, _float_view(checkpoint.tensors, fp8), str(where))
+    layout = build_layout(fmt, float_cfg, _float_view(checkpoint.tensors, fp8, mx), str(where))
     spec = resolve_spec(cfg, fmt)
     dtype = dtype or DTYPES.get(cfg.torch_dtype, torch.bfloat16)
 
@@ -153,7 +177,7 @@ def load_draft(path: str | Path, device: str | torch.device | None = None, dtype
                                "but there is no d2t map", path=where, tensor="d2t")
     with torch.device("meta"):
         draft = Eagle3Draft(spec, dtype, embedding_name=embedding_name, vocab_maps=has_maps)
-    wanted = set(draft.state_dict()) | {f"{m}.{s}" for m in fp8 for s in ("weight_scale", "input_scale")}
+    wanted = set(draft.state_dict()) | {f"{m}.{s}" for m in (*fp8, *mx) for s in ("weight_scale", "input_scale")}
     skipped = {"input_norm.weight"} if not spec.norm_before_fc else set()  # vLLM skips it too
     unexpected = sorted(set(checkpoint.tensors) - wanted - set(IGNORED) - skipped)
     if unexpected:
@@ -166,10 +190,10 @@ def load_draft(path: str | Path, device: str | torch.device | None = None, dtype
         t2d = torch.zeros(cfg.vocab_size, dtype=torch.bool)
         t2d[torch.arange(cfg.draft_vocab_size) + state["d2t"]] = True
         state["t2d"] = t2d
-    _place_fp8(draft, state, fp8, fp8_mode, dtype)
+    _place_fp8(draft, state, fp8, fp8_mode, dtype, mx, mx_input)
     state = {n: t.to(dtype) if t.is_floating_point() else t for n, t in state.items()}
     missing = sorted(set(draft.state_dict()) - set(state) - {n for n in draft.state_dict() if n.startswith(
-        tuple(fp8))})
+        tuple((*fp8, *mx)))})
     if missing:
         hint = ("the draft shares the target's lm_head: pass lm_head= (the target's folder or its [V, H] weight)"
                 if layout.shared_lm_head and "lm_head.weight" in missing else None)

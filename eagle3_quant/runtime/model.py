@@ -25,6 +25,7 @@ from eagle3_quant.reading.formats import DraftFormat
 from eagle3_quant.runtime.attention import Attention, CausalContext
 from eagle3_quant.runtime.fp8_linear import Fp8Linear
 from eagle3_quant.runtime.mla import MlaAttention
+from eagle3_quant.runtime.mx_linear import MxLinear
 from eagle3_quant.runtime.spec import RuntimeSpec, resolve_spec
 
 
@@ -183,8 +184,8 @@ class Eagle3Draft(nn.Module):
             self.external_embedding = weight.detach().to(self.dtype).to(self.fc.weight.device)
 
     def linears(self) -> dict[str, nn.Module]:
-        """Checkpoint module name -> linear (float or FP8), for every linear role."""
-        return {name: m for name, m in self.named_modules() if isinstance(m, nn.Linear | Fp8Linear)}
+        """Checkpoint module name -> linear (float, FP8 or MXFP4), for every linear role."""
+        return {name: m for name, m in self.named_modules() if isinstance(m, nn.Linear | Fp8Linear | MxLinear)}
 
     def set_fp8_mode(self, mode: str) -> None:
         for module in self.modules():

@@ -1,0 +1,98 @@
+"""OCP microscaling (MX) math in plain torch: E2M1 (MXFP4) elements with E8M0 scales, one per 32 inputs.
+
+Quark's and vLLM's MX kernels (``quark.torch.kernel.mx.dq_mxfp4`` / ``qdq_mxfp4``) are CUDA/HIP-only; these
+functions stand in on any device and are bit-exact to the format:
+- a packed weight is uint8 ``[out, in / 2]``, element ``2j`` in the low nibble of byte ``j`` (Quark's
+  ``Pack_mxfp4``), each nibble sign | 2 exponent bits | 1 mantissa bit: 0, 0.5, 1, 1.5, 2, 3, 4, 6;
+- an E8M0 scale byte ``s`` is ``2 ** (s - 127)`` (255 is NaN);
+- a dynamic activation is quantized per block of 32 with Quark's "even" scale (``even_round``: the block's
+  max |x| rounded on its two leading mantissa bits, floor(log2), minus the element's emax), elements rounded
+  to the nearest representable value, ties to even, saturated at the largest one.
+"""
+
+from __future__ import annotations
+
+import torch
+
+MX_BLOCK = 32
+E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
+# element dtype -> (exponent bits, mantissa bits, emax, largest value)
+MX_ELEMENTS = {"fp4": (2, 1, 2, 6.0), "fp6_e2m3": (2, 3, 2, 7.5), "fp6_e3m2": (3, 2, 4, 28.0)}
+
+
+def e2m1_table(device: torch.device | str | None = None) -> torch.Tensor:
+    """The 16 E2M1 codes as float32 (code 8..15: the negatives; -0 for 8)."""
+    half = torch.tensor(E2M1_VALUES, dtype=torch.float32, device=device)
+    return torch.cat([half, -half])
+
+
+def unpack_e2m1(packed: torch.Tensor) -> torch.Tensor:
+    """uint8 ``[..., n]`` -> float32 ``[..., 2n]``: low nibble first."""
+    codes = torch.stack([packed & 0x0F, packed >> 4], dim=-1).reshape(*packed.shape[:-1], -1)
+    return e2m1_table(packed.device)[codes.long()]
+
+
+def e8m0_to_float(scale: torch.Tensor) -> torch.Tensor:
+    """uint8 E8M0 -> float32 powers of two (255 -> NaN)."""
+    bits = (scale.to(torch.int32) << 23)
+    out = bits.view(torch.float32).clone()
+    out[scale == 0] = 2.0 ** -127        # exponent field 0 is a float32 subnormal: set the exact power
+    out[scale == 255] = float("nan")
+    return out
+
+
+def dequantize_mxfp4(packed: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+    """Packed E2M1 ``[out, in / 2]`` with E8M0 ``[out, in / 32]`` -> ``[out, in]`` in `dtype` (vLLM's
+    ``dequant_mxfp4(weight, weight_scale, dtype)``: exact in bf16, every product being a small power-of-two
+    multiple)."""
+    values = unpack_e2m1(packed)
+    rows, cols = values.shape[-2:]
+    if scale.shape[-1] * MX_BLOCK != cols:
+        raise ValueError(f"{scale.shape[-1]} scales per row for {cols} elements (one per {MX_BLOCK})")
+    scaled = values.reshape(*values.shape[:-1], -1, MX_BLOCK) * e8m0_to_float(scale).unsqueeze(-1)
+    return scaled.reshape(*values.shape[:-2], rows, cols).to(dtype)
+
+
+def even_scale(amax: torch.Tensor, element: str = "fp4") -> torch.Tensor:
+    """Quark's "even" MX scale of blocks with max |x| `amax` (float32 powers of two), as ``even_round``."""
+    _, mbits, emax, _ = MX_ELEMENTS[element]
+    bits = amax.to(torch.float32).contiguous().view(torch.int32) + (1 << (23 - mbits - 1))
+    rounded = (bits & (0x1FF << 23)).view(torch.float32)
+    rounded = torch.where(amax == 0, torch.full_like(rounded, 2.0 ** -126), rounded)
+    return torch.exp2(torch.clamp(torch.floor(torch.log2(rounded)) - emax, -127, 127))
+
+
+def round_to_element(x: torch.Tensor, element: str = "fp4") -> torch.Tensor:
+    """Round float32 `x` to the nearest value of the element format, ties to even, saturated."""
+    ebits, mbits, _, largest = MX_ELEMENTS[element]
+    min_exponent = 2 - 2 ** (ebits - 1)       # 1 - bias: below it the format is subnormal (fixed step)
+    magnitude = x.abs().clamp(max=largest)
+    exponent = torch.floor(torch.log2(magnitude)).clamp(min=min_exponent)
+    step = torch.exp2(exponent - mbits)
+    return torch.copysign(torch.round(magnitude / step) * step, x)
+
+
+def quant_dequant_mx(x: torch.Tensor, element: str = "fp4") -> torch.Tensor:
+    """Dynamic MX activation QDQ along the last dim (vLLM's ``quant_dequant_mxfp4``), in x's dtype."""
+    shape = x.shape
+    if shape[-1] % MX_BLOCK:
+        raise ValueError(f"MX activations need a multiple of {MX_BLOCK} features, got {shape[-1]}")
+    blocks = x.to(torch.float32).reshape(-1, shape[-1] // MX_BLOCK, MX_BLOCK)
+    scale = even_scale(blocks.abs().amax(dim=-1, keepdim=True), element)
+    return (round_to_element(blocks / scale, element) * scale).reshape(shape).to(x.dtype)
+
+
+def quantize_mxfp4(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A float weight ``[out, in]`` -> (packed E2M1 uint8 ``[out, in / 2]``, E8M0 uint8 ``[out, in / 32]``), with
+    Quark's "even" scales and round-half-even elements (what ``OCP_MXFP4Spec`` writes)."""
+    rows, cols = weight.shape
+    if cols % MX_BLOCK:
+        raise ValueError(f"MXFP4 weights need a multiple of {MX_BLOCK} inputs, got {cols}")
+    blocks = weight.to(torch.float32).reshape(rows, cols // MX_BLOCK, MX_BLOCK)
+    scale = even_scale(blocks.abs().amax(dim=-1, keepdim=True))
+    values = round_to_element(blocks / scale).reshape(rows, cols)
+    codes = torch.bucketize(values.abs(), torch.tensor(E2M1_VALUES, device=weight.device)).to(torch.uint8)
+    codes = codes | (torch.signbit(values) & (values != 0)).to(torch.uint8) << 3
+    packed = codes[:, 0::2] | (codes[:, 1::2] << 4)
+    exponent = torch.log2(scale.squeeze(-1)).to(torch.int32) + 127
+    return packed, exponent.to(torch.uint8)

@@ -1,0 +1,49 @@
+"""Data-free check of an MX draft's quantized linears: packed E2M1 weights, E8M0 scales, input scales."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+from eagle3_quant.validate.report import Check, failed, passed
+from safetensors import safe_open
+
+from eagle3_quant.runtime.mx import MX_BLOCK
+
+if TYPE_CHECKING:
+    from eagle3_quant.validate.structure import Fp8Artifact
+
+SHOWN = 3
+
+
+def _load(info) -> torch.Tensor:
+    with safe_open(str(info.file), framework="pt") as fh:
+        return fh.get_tensor(info.name)
+
+
+def check_mx_weights(art: Fp8Artifact) -> Check:
+    """Every MX linear: U8 weight [out, in/2], U8 E8M0 weight_scale [out, in/32] without NaN (0xFF), an input
+    scale (one finite positive F32) exactly when the config declares static inputs; no other quantized dtype."""
+    tensors, problems = art.checkpoint.tensors, []
+    inputs = (art.quant_config.get("global_quant_config") or {}).get("input_tensors") or {}
+    static = bool(inputs) and not inputs.get("is_dynamic")
+    for module in art.mx_modules:
+        weight, scale = tensors[module + ".weight"], tensors[module + ".weight_scale"]
+        if scale.shape != (weight.shape[0], weight.shape[1] * 2 // MX_BLOCK):
+            problems.append(f"{scale.name} is {list(scale.shape)} for a packed weight {list(weight.shape)}")
+        elif bool((_load(scale) == 255).any()):
+            problems.append(f"{scale.name} holds the E8M0 NaN (0xFF)")
+        inp = tensors.get(module + ".input_scale")
+        if static and inp is None:
+            problems.append(f"{module}.input_scale is missing (static inputs; vLLM would load float32 min)")
+        elif inp is not None:
+            values = _load(inp)
+            if inp.dtype != "F32" or inp.numel != 1 or not bool(torch.isfinite(values).all() and (values > 0).all()):
+                problems.append(f"{inp.name} must be one finite positive F32 value")
+    others = sorted(set(art.fp8_modules) - set(art.mx_modules))
+    problems += [f"{m}.weight is FP8 beside MXFP4 linears" for m in others]
+    if problems:
+        more = f" (+{len(problems) - SHOWN} more)" if len(problems) > SHOWN else ""
+        return failed("mx_weights", "; ".join(problems[:SHOWN]) + more)
+    return passed("mx_weights", f"{len(art.mx_modules)} MXFP4 weights (packed E2M1, E8M0 scales per {MX_BLOCK})"
+                                f"{', static FP8 input scales' if static else ''}", modules=list(art.mx_modules))
