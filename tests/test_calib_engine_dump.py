@@ -9,6 +9,7 @@ exactly as that writer does, and the writer test is skipped."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,9 @@ BLOCK = 4
 
 def vllm_writer():
     """vLLM 0.33's own cache write, extraction and file write, or None when vLLM is not installed."""
+    # vLLM resolves its platform once per process: importing it without the CPU target caches an unspecified
+    # platform, and every later in-process vLLM test in the session then fails to infer a device
+    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
     try:
         from vllm.distributed.kv_transfer.kv_connector.v1.example_hidden_states_connector import (
             ExampleHiddenStatesConnector,
