@@ -45,17 +45,23 @@ def _check_calibration(calib: CalibrationSet, art: Fp8Artifact) -> None:
                                path=calib.path, field="aux_layer_ids")
 
 
+def _target_source(calib: CalibrationSet, target: str | Path | None, missing: str, where: str) -> str | Path:
+    """`target`, else the calibration set's target: where the parts the draft shares with it come from."""
+    source = target or calib.info.target
+    if not source:
+        raise DraftFormatError(f"{missing} and no target is known", field="target",
+                               hint=f"pass --target with the target model's {where}")
+    return source
+
+
 def _embedding(art: Fp8Artifact, calib: CalibrationSet, target: str | Path | None):
     """The target's token embedding when the draft has none (from `target`, else the calibration set's target)."""
     if any(name in art.checkpoint.tensors for name in EMBEDDING_NAMES):
         return None
     from eagle3_quant.runtime.embedding import read_target_embedding
 
-    source = target or calib.info.target
-    if not source:
-        raise DraftFormatError("the draft has no token embedding and no target is known", field="target",
-                               hint="pass --target with the target model's folder or Hub id")
-    return read_target_embedding(source)
+    return read_target_embedding(_target_source(calib, target, "the draft has no token embedding",
+                                                "folder or Hub id"))
 
 
 def _shared_lm_head(art: Fp8Artifact, calib: CalibrationSet, target: str | Path | None):
@@ -64,11 +70,8 @@ def _shared_lm_head(art: Fp8Artifact, calib: CalibrationSet, target: str | Path 
         return None
     from eagle3_quant.runtime.embedding import read_target_lm_head
 
-    source = target or calib.info.target
-    if not source:
-        raise DraftFormatError("the draft shares the target's lm_head and no target is known", field="target",
-                               hint="pass --target with the target model's local folder")
-    return read_target_lm_head(source)
+    return read_target_lm_head(_target_source(calib, target, "the draft shares the target's lm_head",
+                                              "local folder"))
 
 
 def _fidelity(art: Fp8Artifact, reference: DraftCheckpoint | None, calib: CalibrationSet | None,

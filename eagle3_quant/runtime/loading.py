@@ -19,7 +19,7 @@ from eagle3_quant.runtime.embedding import read_target_embedding, read_target_lm
 from eagle3_quant.runtime.fp8_linear import FP8_MODES, Fp8Linear, harmonize_fused, to_fnuz
 from eagle3_quant.runtime.model import Eagle3Draft
 from eagle3_quant.runtime.mx_linear import MxLinear, harmonize_fused_mx
-from eagle3_quant.runtime.mx_loading import mx_input_kind, mx_modules
+from eagle3_quant.runtime.mx_loading import has_input_scale, mx_input_kind, mx_modules
 from eagle3_quant.runtime.spec import resolve_spec
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
@@ -42,11 +42,7 @@ def _fp8_modules(tensors: dict[str, TensorInfo], where: Path) -> dict[str, bool]
         if scale.dtype != "F32" or scale.shape not in ((info.shape[0],), (1,), ()):
             raise DraftFormatError(f"weight_scale must be F32 [{info.shape[0]}] or [1], got {scale.dtype} "
                                    f"{list(scale.shape)}", path=where, tensor=module + ".weight_scale")
-        inp = tensors.get(module + ".input_scale")
-        if inp is not None and (inp.dtype != "F32" or inp.shape not in ((1,), ())):
-            raise DraftFormatError(f"input_scale must be F32 [1], got {inp.dtype} {list(inp.shape)}", path=where,
-                                   tensor=module + ".input_scale")
-        modules[module] = inp is not None
+        modules[module] = has_input_scale(tensors, module, where)
     mx = mx_modules(tensors, where)
     orphans = [n for n in tensors if n.endswith((".weight_scale", ".input_scale"))
                and n.rsplit(".", 1)[0] not in modules and n.rsplit(".", 1)[0] not in mx]

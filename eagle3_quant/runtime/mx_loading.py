@@ -26,12 +26,17 @@ def mx_modules(tensors: Mapping[str, TensorInfo], where: Path) -> dict[str, bool
         if scale.dtype != "U8" or scale.shape != expected:
             raise DraftFormatError(f"weight_scale must be E8M0 U8 {list(expected)} (one per {MX_BLOCK} inputs), got "
                                    f"{scale.dtype} {list(scale.shape)}", path=where, tensor=module + ".weight_scale")
-        inp = tensors.get(module + ".input_scale")
-        if inp is not None and (inp.dtype != "F32" or inp.shape not in ((1,), ())):
-            raise DraftFormatError(f"input_scale must be F32 [1], got {inp.dtype} {list(inp.shape)}", path=where,
-                                   tensor=module + ".input_scale")
-        modules[module] = inp is not None
+        modules[module] = has_input_scale(tensors, module, where)
     return modules
+
+
+def has_input_scale(tensors: Mapping[str, TensorInfo], module: str, where: Path) -> bool:
+    """Whether a quantized linear (FP8 or MX) has a static input_scale; one that is not F32 [1] is refused."""
+    inp = tensors.get(module + ".input_scale")
+    if inp is not None and (inp.dtype != "F32" or inp.shape not in ((1,), ())):
+        raise DraftFormatError(f"input_scale must be F32 [1], got {inp.dtype} {list(inp.shape)}", path=where,
+                               tensor=module + ".input_scale")
+    return inp is not None
 
 
 def mx_input_kind(raw_config: Mapping[str, Any], mx: Mapping[str, bool], where: Path) -> str:
