@@ -126,6 +126,12 @@ def get_scheme(name: str) -> Scheme:
 
 
 ENGINES = ("vllm", "sglang")
+SERVING_CHOICES = ("both", *ENGINES)      # what --engine accepts: both, or one engine
+
+
+def serving_engines(choice: str) -> tuple[str, ...]:
+    """The engines an --engine choice names: both means vLLM and SGLang."""
+    return ENGINES if choice == "both" else (choice,)
 
 
 def check_engines(scheme: Scheme, engines: tuple[str, ...]) -> None:

@@ -24,10 +24,9 @@ from eagle3_quant.cost import (
 from eagle3_quant.errors import SchemeError
 from eagle3_quant.plan import make_plan
 from eagle3_quant.reading.draft import DraftCheckpoint
-from eagle3_quant.schemes import SCHEMES, Scheme
+from eagle3_quant.schemes import SCHEMES, Scheme, serving_engines
 
 VOCAB_FRACTIONS = (2, 3, 4)             # pruned vocabularies of 1/2, 1/3, 1/4 of the current one
-ENGINES = ("both", "vllm", "sglang")
 FC_FP8_ENGINES = frozenset({"vllm"})    # SGLang's Eagle3 loader keeps fc a plain nn.Linear (docs/commands.md)
 SIMULATED_DTYPES = frozenset({"fp8_e4m3", "fp4"})       # element dtypes (schemes.ELEMENT_DTYPES)
 
@@ -59,10 +58,6 @@ class Ladder:
 def simulated(scheme: Scheme) -> bool:
     """Whether the cost projection and the whole-plan simulation know this scheme's number format."""
     return scheme.weight.dtype in SIMULATED_DTYPES and scheme.input.dtype in SIMULATED_DTYPES
-
-
-def serving_engines(engine: str) -> tuple[str, ...]:
-    return ("vllm", "sglang") if engine == "both" else (engine,)
 
 
 def fc_choices(engine: str) -> tuple[bool, ...]:

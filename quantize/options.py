@@ -7,10 +7,10 @@ from pathlib import Path
 
 from eagle3_quant.errors import OptionsError, SchemeError
 from eagle3_quant.options import DEVICE_HELP, check_device, check_fraction, check_positive, option
-from eagle3_quant.schemes import DEFAULT_SCHEME, check_engines, get_scheme
+from eagle3_quant.schemes import DEFAULT_SCHEME, SERVING_CHOICES, check_engines, get_scheme, serving_engines
 
 AUTO_SCHEME = "auto"             # --scheme auto: the cheapest candidate that keeps the acceptance gate
-ENGINES = ("both", "vllm", "sglang")
+ENGINES = SERVING_CHOICES
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,7 @@ class QuantizeOptions:
             self._check_auto()
             return
         chosen = get_scheme(self.scheme)
-        check_engines(chosen, self.serving_engines)
+        check_engines(chosen, serving_engines(self.engine))
         check_fraction(self.auto_exclude, "auto_exclude")
         if chosen.needs_calibration and self.calib is None:
             raise SchemeError(f"scheme {chosen.name!r} has static input scales and needs calibration data "
@@ -73,11 +73,6 @@ class QuantizeOptions:
             raise SchemeError("--auto-exclude measures layer sensitivity on calibration data: give --calib CAL",
                               field="calib")
 
-
-    @property
-    def serving_engines(self) -> tuple[str, ...]:
-        """The engines `engine` names: both means vLLM and SGLang."""
-        return ("vllm", "sglang") if self.engine == "both" else (self.engine,)
 
     def _check_auto(self) -> None:
         if self.calib is None:
