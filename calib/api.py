@@ -110,8 +110,7 @@ def _plan_text(spec, taps: Taps, record: TapRecord, prompts, max_tokens: int, es
              f"{len(prompts.prompts)} prompts from {prompts.dataset_rows} rows of column {prompts.column.name!r} "
              f"({prompts.rows_skipped} skipped as too short, {prompts.truncated} truncated); up to {max_tokens:,} "
              f"tokens, about {human_bytes(est_bytes)} on disk"]
-    if record.note:
-        lines.append(record.note)
+    lines.extend(record.notes)
     if resumed:
         lines.append(f"resuming an interrupted run at sample {resumed} ({staging})")
     return "\n".join(lines)

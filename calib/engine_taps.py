@@ -10,6 +10,9 @@ the defaults ``[2, L//2, L-3]`` (no +1) are used.
 The training convention is what ``auto`` in `taps.py` resolves: nested ids were written by SpecForge
 (output count), top-level ids by speculators (input count). When the engine feeds other layers than the
 draft was trained on, `mismatch_line` says so, naming both index lists.
+
+Both engines concatenate the states in ascending layer order (see `taps.py`), so every index list here is
+ascending; ids written in another order get a note (`Taps.order_note`), a repeated tap is refused.
 """
 
 from __future__ import annotations
@@ -54,7 +57,7 @@ def engine_taps(config: DraftConfig, num_layers: int | None, engine: Engine | st
         ids = (2, num_layers // 2, num_layers - 3)
         where, convention = f"{engine.value} defaults for a {num_layers}-layer target", TapConvention.input
     taps = resolve_taps(config, num_layers, convention, ids)
-    return Taps(taps.indices, taps.convention, taps.ids, f"{where}, as {engine.value} reads it")
+    return Taps(taps.indices, taps.convention, taps.ids, f"{where}, as {engine.value} reads it", taps.written)
 
 
 def training_taps(config: DraftConfig, num_layers: int | None) -> Taps | None:
@@ -73,6 +76,14 @@ def mismatch_line(engine: str, engine_indices, training_indices) -> str | None:
             f"on hidden_states{list(training_indices)}: acceptance under {engine} may be lower than trained")
 
 
+def stale_order(held, wanted) -> str | None:
+    """The hint when a set holds the right layers in another order (captured before the engines' order was kept)."""
+    if list(held) == list(wanted) or sorted(held) != sorted(wanted):
+        return None
+    return ("the same layers in another order: the set was captured in the config's id order, the engines feed "
+            "them ascending; capture or import it again")
+
+
 @dataclass(frozen=True)
 class TapRecord:
     """What a calibration set records about its taps (``info.extra``)."""
@@ -82,15 +93,21 @@ class TapRecord:
     training_indices: tuple[int, ...] | None
     override: bool = False          # the user named the ids or the convention: the set holds those
     training_convention: str | None = None   # how the config's ids count (output: SpecForge, input: speculators)
+    order_note: str | None = None   # the ids were written out of layer order (the set holds them ascending)
 
     def extra(self) -> dict:
         return {"engine": self.engine, "engine_aux_layer_ids": list(self.engine_indices),
                 "training_aux_layer_ids": None if self.training_indices is None else list(self.training_indices),
-                "training_convention": self.training_convention, "taps_override": self.override}
+                "training_convention": self.training_convention, "taps_override": self.override,
+                **({"taps_order_note": self.order_note} if self.order_note else {})}
 
     @property
     def note(self) -> str | None:
         return mismatch_line(self.engine, self.engine_indices, self.training_indices)
+
+    @property
+    def notes(self) -> list[str]:
+        return [line for line in (self.note, self.order_note) if line]
 
     @classmethod
     def from_extra(cls, extra: dict) -> TapRecord | None:
@@ -99,7 +116,7 @@ class TapRecord:
         training = extra.get("training_aux_layer_ids")
         return cls(extra["engine"], tuple(extra["engine_aux_layer_ids"]),
                    None if training is None else tuple(training), bool(extra.get("taps_override")),
-                   extra.get("training_convention"))
+                   extra.get("training_convention"), extra.get("taps_order_note"))
 
 
 def tap_record(config: DraftConfig, num_layers: int | None, engine: Engine | str) -> TapRecord:
@@ -117,7 +134,7 @@ def capture_taps(config: DraftConfig, num_layers: int | None, engine: Engine | s
     taps = resolve_taps(config, num_layers, convention, ids) if override else engine_taps(config, num_layers, engine)
     record = tap_record(config, num_layers, engine)
     return taps, TapRecord(record.engine, record.engine_indices, record.training_indices, override,
-                           record.training_convention)
+                           record.training_convention, taps.order_note)
 
 
 def served_taps(config: DraftConfig, num_layers: int | None = None) -> dict:
@@ -134,6 +151,9 @@ def served_taps(config: DraftConfig, num_layers: int | None = None) -> dict:
         note = mismatch_line(engine.value, indices, summary["training"])
         if note:
             summary["notes"].append(note)
+    order = None if trained is None else trained.order_note
+    if order:
+        summary["notes"].append(order)
     return summary
 
 

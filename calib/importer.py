@@ -16,7 +16,7 @@ import torch
 from eagle3_quant.calib.dump_formats import ENGINE_FORMATS, DumpFormat
 from eagle3_quant.calib.engine_dump import detect_engine_dump
 from eagle3_quant.calib.engine_import import engine_dump_source
-from eagle3_quant.calib.engine_taps import DEFAULT_ENGINE, Engine, TapRecord, capture_taps
+from eagle3_quant.calib.engine_taps import DEFAULT_ENGINE, Engine, TapRecord, capture_taps, stale_order
 from eagle3_quant.calib.format import (
     INDEX_NAME,
     STATE_DTYPES,
@@ -140,7 +140,8 @@ def _checked_info(info: CalibrationInfo, taps: Taps, record: TapRecord, hidden: 
         raise TargetMismatchError(
             f"the dump holds hidden_states{list(info.aux_layer_ids)}, the draft reads hidden_states"
             f"{list(taps.indices)} (ids {list(taps.ids)}, {taps.convention.value} convention, from {taps.origin})",
-            path=dump, field="aux_layer_ids", hint="check --tap-convention or --aux-layer-ids")
+            path=dump, field="aux_layer_ids",
+            hint=stale_order(info.aux_layer_ids, taps.indices) or "check --tap-convention or --aux-layer-ids")
     if info.dtype not in STATE_DTYPES:
         raise CalibrationDataError(f"dtype {info.dtype!r} is not one of {', '.join(STATE_DTYPES)}", path=dump,
                                    field="dtype")

@@ -38,6 +38,14 @@ class CalibrationResult:
         record = TapRecord.from_extra(self.info.extra or {})
         return record.note if record else None
 
+    @property
+    def tap_notes(self) -> list[str]:
+        """That line, and one when the draft's ids are written out of layer order."""
+        from eagle3_quant.calib.engine_taps import TapRecord
+
+        record = TapRecord.from_extra(self.info.extra or {})
+        return record.notes if record else []
+
 
 def set_bytes(calib: CalibrationSet) -> int:
     return sum((calib.path / s["file"]).stat().st_size for s in calib.shards)

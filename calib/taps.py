@@ -12,6 +12,13 @@ Two conventions count the same tensors differently:
 
 ``auto`` decides from where the config keeps the ids: nested in ``eagle_config`` -> output, top level ->
 input; no ids -> the defaults (the same tensors either way).
+
+Order: both engines concatenate the states in ascending layer order, whatever the order of the ids (vLLM 0.33
+sorts them, ``EagleModelMixin._set_aux_hidden_state_layers``, and appends each as its layer loop reaches it;
+SGLang 0.5.23 appends in its layer loop, ``layers_to_capture`` membership). So `Taps` holds the indices
+ascending and the ids in the same order; `order_note` says when the config lists them otherwise. A repeated
+tap is refused: the engines capture a layer once, and vLLM then feeds fewer states than the fc reads while
+SGLang's packed buffer (``AuxHiddenStatePacker``) leaves a slot unwritten.
 """
 
 from __future__ import annotations
@@ -38,6 +45,15 @@ class Taps:
     convention: TapConvention        # how `ids` count (input or output)
     ids: tuple[int, ...]             # as written in the draft config, given by the user, or the defaults
     origin: str                      # where `ids` came from, in words
+    written: tuple[int, ...] | None = None   # the ids in the order written, when that is not ascending
+
+    @property
+    def order_note(self) -> str | None:
+        """One line when the ids are written out of layer order (the engines feed them ascending)."""
+        if self.written is None:
+            return None
+        return (f"aux layer ids {list(self.written)} ({self.origin}) are not in layer order: vLLM and SGLang feed "
+                f"the states ascending, hidden_states{list(self.indices)}, and calibration stores them so")
 
 
 def default_ids(num_layers: int, convention: TapConvention) -> tuple[int, ...]:
@@ -92,4 +108,18 @@ def resolve_taps(config: DraftConfig, num_layers: int | None, convention: TapCon
             raise DraftFormatError("the draft also reads the target's final layer; its index needs the target",
                                    field=AUX_KEY, hint="pass --target")
         indices = (*indices, num_layers)       # transformers' last hidden_states entry
-    return Taps(indices, used, found, origin)
+    return engine_order(indices, used, found, origin)
+
+
+def engine_order(indices: tuple[int, ...], convention: TapConvention, ids: tuple[int, ...], origin: str) -> Taps:
+    """The taps in the order the engines concatenate them (ascending layer), a repeated layer refused."""
+    repeated = sorted({i for i in indices if indices.count(i) > 1})
+    if repeated:
+        raise DraftFormatError(
+            f"{origin} taps hidden_states{repeated} more than once ({list(ids)}): vLLM and SGLang capture a layer "
+            "once, so no engine feeds this draft the states its fc reads", field=AUX_KEY)
+    order = sorted(range(len(indices)), key=lambda j: indices[j])
+    if order == list(range(len(indices))):
+        return Taps(indices, convention, ids, origin)
+    return Taps(tuple(indices[j] for j in order), convention, tuple(ids[j] for j in order if j < len(ids)), origin,
+                ids)

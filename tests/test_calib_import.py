@@ -11,6 +11,7 @@ from eagle3_quant.calib.importer import import_calibration
 
 from eagle3_quant.cli import main
 from eagle3_quant.errors import CalibrationDataError, DraftFormatError, TargetMismatchError
+from eagle3_quant.reading.formats import DraftFormat
 from fixtures.synthetic import write_synthetic_draft
 
 SPECFORGE_INDICES = [0, 1, 2, 10]   # numeric order differs from the names' order
@@ -78,9 +79,9 @@ def test_calibration_format_dump_is_checked_and_copied(captured, tiny_draft, tmp
 
 
 def test_dump_for_other_taps_is_refused(captured, tmp_path):
-    other = write_synthetic_draft(tmp_path / "d", DRAFT, aux_layer_ids=[0, 1, 1])
-    with pytest.raises(TargetMismatchError, match=r"holds hidden_states\[1, 2, 3\].*reads hidden_states\[1, 2, 2\]"):
-        import_calibration(captured, other, tmp_path / "out")
+    other = write_synthetic_draft(tmp_path / "d", DRAFT, DraftFormat.SPECULATORS, aux_layer_ids=[0, 1, 2])
+    with pytest.raises(TargetMismatchError, match=r"holds hidden_states\[1, 2, 3\].*reads hidden_states\[0, 1, 2\]"):
+        import_calibration(captured, other, tmp_path / "out", engine="vllm")
 
 
 def test_engine_dump_with_a_bad_sample_names_it(tiny_draft, tmp_path):

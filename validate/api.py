@@ -6,7 +6,7 @@ import dataclasses
 import math
 from pathlib import Path
 
-from eagle3_quant.calib.engine_taps import accepted_calibration_taps, served_taps
+from eagle3_quant.calib.engine_taps import accepted_calibration_taps, served_taps, stale_order
 from eagle3_quant.calib.format import CalibrationSet, load_calibration
 from eagle3_quant.calib.taps import resolve_taps
 from eagle3_quant.validate.kernel_check import kernel_checks, run_kernel_check
@@ -40,9 +40,10 @@ def _check_calibration(calib: CalibrationSet, art: Fp8Artifact) -> None:
     if accepted and tuple(calib.info.aux_layer_ids) not in accepted:
         taps = resolve_taps(cfg, None)
         served = " or ".join(f"hidden_states{list(a)}" for a in sorted(accepted))
+        stale = next(filter(None, (stale_order(calib.info.aux_layer_ids, a) for a in accepted)), None)
         raise DraftFormatError(f"calibration holds hidden_states {list(calib.info.aux_layer_ids)}, the draft reads "
                                f"{served} (ids {list(taps.ids)} from {taps.origin})",
-                               path=calib.path, field="aux_layer_ids")
+                               path=calib.path, field="aux_layer_ids", hint=stale)
 
 
 def _target_source(calib: CalibrationSet, target: str | Path | None, missing: str, where: str) -> str | Path:

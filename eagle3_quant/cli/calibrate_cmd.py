@@ -99,5 +99,5 @@ def calibrate_command(
                   f"{human_bytes(result.bytes)} ({result.dtype}), taps hidden_states{list(result.taps)}; "
                   f"{result.seconds:.1f} s{rate}"
                   + (f"; resumed after {result.resumed_samples} samples" if result.resumed_samples else ""))
-    if result.tap_note:
-        console.print(f"note: {result.tap_note}")
+    for line in result.tap_notes:
+        console.print(f"note: {line}")
