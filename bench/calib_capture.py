@@ -5,16 +5,20 @@ random Llama target built in code (CPU or GPU).
 
 The bare run is what transformers alone costs for the same tokens: one forward per prompt (``model(input_ids)``)
 without generated tokens, ``model.generate`` to the same length with them. Everything runs warm in this process (an
-untimed forward and an untimed capture that fixes the prompts first), model loads excluded; bare runs and timed
-captures alternate (bare, capture, bare, ...) and the fastest of each is kept, since other work on a shared machine
-only ever slows a run down. Prints one JSON
-line: tokens, capture seconds, tokens/s, the bare run's tokens/s and the ratio capture / bare (goal >= 0.8).
+untimed forward, an untimed capture that fixes the prompts and an untimed bare run first), model loads excluded.
+Then `--repeat` pairs of one bare run and one capture, alternating which goes first: the two runs of a pair share
+the machine's load, so the ratio of each pair is what is compared; the median ratio and its spread (min, max) are
+reported, with the median tokens/s of each side. With generated tokens it also measures how far the states kept
+from the decoding passes are from one full pass over each finished sequence. Prints one JSON line (goal: median
+capture / bare >= 0.8).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -46,7 +50,32 @@ def bare_seconds(model, samples, generate: bool) -> tuple[float, int]:
     return seconds, tokens
 
 
-def measure(samples: int, seq_len: int, layers: int, hidden: int, generate_tokens: int, repeat: int = 2) -> dict:
+def decode_vs_full_pass(target: Path, samples, taps: tuple[int, ...]) -> dict:
+    """How far the states kept from the decoding passes are from one full pass over each finished sequence."""
+    import torch
+    from eagle3_quant.calib.capture import TargetRunner
+    from transformers import AutoModelForCausalLM
+
+    runner = TargetRunner(AutoModelForCausalLM.from_pretrained(target, dtype=torch.float32).eval(), taps,
+                          torch.float32)
+    diff = scale = 0.0
+    agree = total = 0
+    for sample in samples:
+        aux, next_ids = runner.forward(sample.input_ids)
+        diff = max(diff, float((aux - sample.aux_hidden_states.float()).abs().max()))
+        scale = max(scale, float(aux.abs().max()))
+        agree, total = agree + int((next_ids == sample.target_next_ids).sum()), total + int(next_ids.numel())
+    return {"max_abs_diff": float(f"{diff:.3g}"), "max_abs_state": round(scale, 3),
+            "next_token_agreement": round(agree / total, 5) if total else None}
+
+
+def spread(values: list[float]) -> dict:
+    ordered = sorted(values)
+    return {"median": round(statistics.median(ordered), 3), "min": round(ordered[0], 3),
+            "max": round(ordered[-1], 3)}
+
+
+def measure(samples: int, seq_len: int, layers: int, hidden: int, generate_tokens: int, repeat: int = 5) -> dict:
     import torch
     from eagle3_quant.calib.api import calibrate_target
     from eagle3_quant.calib.format import load_calibration
@@ -57,10 +86,11 @@ def measure(samples: int, seq_len: int, layers: int, hidden: int, generate_token
 
     shape = TargetShape(layers=layers, hidden=hidden, intermediate=2 * hidden, heads=4, kv_heads=2, vocab=512,
                         max_positions=max(1024, seq_len + generate_tokens))
+    generate = generate_tokens > 0
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         target = write_tiny_target(root / "target", shape)
-        ids = [1, layers // 2, layers - 2]
+        ids = [1, layers // 2, layers - 1]          # distinct for 4 layers and more
         draft = write_synthetic_draft(root / "draft", DraftShape(32, 64, 4, 2, 8, 512, 128, target_hidden=hidden,
                                                                  target_layers=layers), aux_layer_ids=ids)
         rows = [{"text": " ".join(WORDS[(i + j) % len(WORDS)] for j in range(seq_len))} for i in range(samples)]
@@ -70,33 +100,37 @@ def measure(samples: int, seq_len: int, layers: int, hidden: int, generate_token
             model(input_ids=torch.arange(seq_len)[None] % shape.vocab)        # warm-up, untimed
         options = {"num_samples": samples, "seq_len": seq_len + generate_tokens, "generate_tokens": generate_tokens,
                    "dtype": "float32"}
-        calibrate_target(target, draft, root / "data.jsonl", root / "first", **options)   # its prompts, untimed
+        first = calibrate_target(target, draft, root / "data.jsonl", root / "first", **options)   # prompts, untimed
         captured = list(load_calibration(root / "first").samples())
-        bare_runs, results = [bare_seconds(model, captured, generate_tokens > 0)[0]], []
         bare_tokens = sum(int(s.input_ids.numel()) for s in captured)
-        for n in range(repeat):          # bare, capture, bare, capture, ..., bare: each brackets the other
-            started = time.perf_counter()
-            results.append((calibrate_target(target, draft, root / "data.jsonl", root / f"cal{n}", **options),
-                            time.perf_counter() - started))
-            bare_runs.append(bare_seconds(model, captured, generate_tokens > 0)[0])
-        forward_s = bare_seconds(model, captured, False)[0] if generate_tokens > 0 else None
-    # the fastest run of each: interference from other work on a shared machine only ever slows a run down
-    result, wall = min(results, key=lambda r: r[0].capture_seconds)
-    bare_s = min(bare_runs)
-    bare_tps = bare_tokens / bare_s if bare_s > 0 else 0.0
+        bare_seconds(model, captured, generate)                                # warm-up, untimed
+        bare_runs, results = [], []
+        for n in range(repeat):          # pairs, alternating which runs first: each pair shares the machine's load
+            pair = [lambda: bare_runs.append(bare_seconds(model, captured, generate)[0]),
+                    lambda n=n: results.append(calibrate_target(target, draft, root / "data.jsonl", root / f"cal{n}",
+                                                                **options))]
+            for run in pair if n % 2 == 0 else reversed(pair):
+                run()
+        forward_s = bare_seconds(model, captured, False)[0] if generate else None
+        difference = decode_vs_full_pass(target, captured, first.taps) if generate else None
+    ratios = [r.tokens_per_second / (bare_tokens / b) for r, b in zip(results, bare_runs, strict=True) if b > 0]
+    capture_tps = [r.tokens_per_second for r in results]
+    bare_tps = [bare_tokens / b for b in bare_runs if b > 0]
+    result = results[0]
+    ratio = spread(ratios)["median"] if ratios else None
     return {
         "target": {"layers": layers, "hidden": hidden, "vocab": shape.vocab, "dtype": "float32"},
-        "samples": result.samples, "seq_len": seq_len, "generate_tokens": generate_tokens,
-        "tokens": result.tokens, "generated_tokens": result.generated_tokens,
-        "cut_generations": result.cut_generations, "capture_s": round(result.capture_seconds, 3),
-        "tokens_per_s": round(result.tokens_per_second, 1), "wall_s": round(wall, 2), "bytes": result.bytes,
-        "bare_tokens": bare_tokens, "bare_s": round(bare_s, 3), "bare_runs_s": [round(b, 3) for b in bare_runs],
-        "capture_runs_s": [round(r.capture_seconds, 3) for r, _ in results],
-        "bare_tokens_per_s": round(bare_tps, 1),
-        "capture_over_bare": round(result.tokens_per_second / bare_tps, 3) if bare_tps else None,
+        "samples": result.samples, "seq_len": seq_len, "generate_tokens": generate_tokens, "repeat": repeat,
+        "tokens": result.tokens, "generated_tokens": result.generated_tokens, "bytes": result.bytes,
+        "tokens_per_s": round(statistics.median(capture_tps), 1), "bare_tokens": bare_tokens,
+        "bare_tokens_per_s": round(statistics.median(bare_tps), 1) if bare_tps else 0.0,
+        "capture_runs_s": [round(r.capture_seconds, 3) for r in results],
+        "bare_runs_s": [round(b, 3) for b in bare_runs],
+        "capture_over_bare": ratio, "ratio_spread": spread(ratios) if ratios else None,
         # with generated tokens: a forward alone over the finished sequences (no decoding), for scale
         "bare_forward_tokens_per_s": round(bare_tokens / forward_s, 1) if forward_s else None,
-        "goal": GOAL, "torch_threads": torch.get_num_threads(),
+        "decode_vs_full_pass": difference,
+        "goal": GOAL, "torch_threads": torch.get_num_threads(), "load_average": [round(x, 2) for x in os.getloadavg()],
         "device": "cuda" if torch.cuda.is_available() else "cpu",
     }
 
@@ -109,7 +143,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--generate-tokens", type=int, default=0)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
-    parser.add_argument("--repeat", type=int, default=2, help="timed captures (and one more bare run); fastest kept")
+    parser.add_argument("--repeat", type=int, default=5, help="capture/bare pairs; the median ratio is reported")
     args = parser.parse_args(argv)
     if args.threads:
         import torch

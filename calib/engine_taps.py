@@ -56,8 +56,7 @@ def engine_taps(config: DraftConfig, num_layers: int | None, engine: Engine | st
                                    "target's layer count", field=AUX_KEY, hint="pass --target")
         ids = (2, num_layers // 2, num_layers - 3)
         where, convention = f"{engine.value} defaults for a {num_layers}-layer target", TapConvention.input
-    taps = resolve_taps(config, num_layers, convention, ids)
-    return Taps(taps.indices, taps.convention, taps.ids, f"{where}, as {engine.value} reads it", taps.written)
+    return resolve_taps(config, num_layers, convention, ids, f"{where}, as {engine.value} reads it")
 
 
 def training_taps(config: DraftConfig, num_layers: int | None) -> Taps | None:

@@ -71,14 +71,14 @@ def _config_ids(raw: dict[str, Any]) -> tuple[tuple[int, ...] | None, TapConvent
 
 
 def resolve_taps(config: DraftConfig, num_layers: int | None, convention: TapConvention | str = TapConvention.auto,
-                 ids: list[int] | tuple[int, ...] | None = None) -> Taps:
+                 ids: list[int] | tuple[int, ...] | None = None, origin: str = "--aux-layer-ids") -> Taps:
     """The hidden_states indices to capture for this draft on a target with `num_layers` decoder layers.
 
-    `ids` overrides the config's ids (counted as `convention`, input when auto). With `num_layers` None
-    (target unknown) the ids must be given and are not range-checked."""
+    `ids` overrides the config's ids (counted as `convention`, input when auto; `origin` says where they come
+    from). With `num_layers` None (target unknown) the ids must be given and are not range-checked."""
     convention = TapConvention(convention)
     if ids is not None:
-        found, implied, origin = tuple(ids), TapConvention.input, "--aux-layer-ids"
+        found, implied = tuple(ids), TapConvention.input
     else:
         found, implied, origin = _config_ids(dict(config.raw))
     used = implied if convention is TapConvention.auto else convention
