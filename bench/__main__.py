@@ -157,7 +157,8 @@ def bench_calib_capture() -> list[dict[str, Any]]:
     """`calibrate`'s capture beside a bare transformers run on the same prompts, without and with generated tokens."""
     runs = []
     for generate in (0, 32):
-        command = [PYTHON, "-m", "bench.calib_capture", "--generate-tokens", str(generate)]
+        command = [PYTHON, "-m", "bench.calib_capture", "--generate-tokens", str(generate),
+                   *(["--samples", "8"] if generate else [])]
         runs.append(parse_last_json(run_measured(command, cwd=REPO).stdout))
     return runs
 

@@ -94,4 +94,5 @@ def format_capture(run: dict[str, Any]) -> str:
     return (f"calibrate capture ({run['samples']} prompts x {run['seq_len']} tokens, +{run['generate_tokens']} "
             f"generated; {t['layers']}-layer hidden-{t['hidden']} target, {run['device']}, {run['torch_threads']} "
             f"threads): {run['tokens_per_s']:.0f} tokens/s vs bare transformers {run['bare_tokens_per_s']:.0f} "
-            f"tokens/s = x{ratio:.2f} (goal >= {run['goal']}: {verdict})")
+            f"tokens/s = x{ratio:.2f} (goal >= {run['goal']}: {verdict})"
+            + (f"; rounds x{spread['min']:.2f}..x{spread['max']:.2f}" if (spread := run.get("ratio_spread")) else ""))
