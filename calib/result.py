@@ -26,7 +26,7 @@ class CalibrationResult:
     captured_tokens: int
     capture_seconds: float
     generated_tokens: int         # appended by the target (--generate-tokens), this call
-    cut_generations: int          # continuations cut where the full pass disagreed with generate()
+    cut_generations: int          # always 0: the states come from the decoding passes (kept for the API)
     source: str
     info: CalibrationInfo
 
