@@ -19,12 +19,12 @@ MLA_DRAFT = PAIR.parent / "tiny_pair_mla" / "draft"
 # (label, quantize options beyond the draft, OUT and --calib)
 RUNS = (
     ("ptpc_fp8 (default plan)", {}),
+    ("ptpc_fp8 --smooth-alpha 0.5", {"smooth_alpha": 0.5}),
+    ("ptpc_fp8 --smooth-alpha 0.75", {"smooth_alpha": 0.75}),
+    ("ptpc_fp8 --smooth-alpha 0.25", {"smooth_alpha": 0.25}),
     ("ptpc_fp8 --exclude gate_up_proj", {"exclude": ("gate_up_proj",)}),
     ("ptpc_fp8 --exclude mlp", {"exclude": ("mlp",)}),
     ("fp8 (static per-tensor, calibrated)", {"scheme": "fp8"}),
-    ("ptpc_fp8 --smooth-alpha 0.25", {"smooth_alpha": 0.25}),
-    ("ptpc_fp8 --smooth-alpha 0.5", {"smooth_alpha": 0.5}),
-    ("ptpc_fp8 --smooth-alpha 0.75", {"smooth_alpha": 0.75}),
     ("fp8 --smooth-alpha 0.5", {"scheme": "fp8", "smooth_alpha": 0.5}),
 )
 
@@ -45,7 +45,31 @@ def measure(label: str, options: dict, calib: Path, workdir: Path) -> dict:
             "al_bf16": m["acceptance_length_bf16"], "al_fp8": m["acceptance_length_fp8"],
             "top1": m["top1_agreement"], "kl": m["kl"], "drafts": m["drafts"], "passed": report.passed,
             "failed_checks": [c.name for c in report.failed_checks],
-            "smoothing": (result.manifest.smoothing or {}).get("sites"), "seconds": round(time.perf_counter() - started)}
+            "smoothing": (result.manifest.smoothing or {}).get("sites"),
+            "seconds": round(time.perf_counter() - started)}
+
+
+def kimi_step_bytes() -> dict[str, float]:
+    """GB of weights one draft step of a Kimi-K2.5-shaped MLA draft reads (``fixtures/synthetic.py``'s
+    kimi-k2.5-mla; embedding: one row), default plan vs the MLP (or gate_up) kept BF16."""
+    from bench.mla_kv_b import kimi_shares
+    from fixtures.synthetic import SHAPES
+
+    shape = SHAPES["kimi-k2.5-mla"]
+    shares = kimi_shares()
+    total = 3 * shape.hidden * shape.intermediate / shares["mlp"]          # every parameter of the draft
+    counts = {name: share * total for name, share in shares.items()}
+    counts["embed_tokens"] = shape.hidden                                   # one row read per token
+    fp8 = {"q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "o_proj", "mlp"}
+
+    def gb(fp8_parts: set[str], gate_up_bf16: bool = False) -> float:
+        size = sum(n * (1 if part in fp8_parts else 2) for part, n in counts.items())
+        if gate_up_bf16:
+            size += counts["mlp"] * 2 / 3                                   # gate + up: 1 -> 2 bytes
+        return size / 1e9
+
+    return {"default plan": gb(fp8), "--exclude gate_up_proj": gb(fp8, gate_up_bf16=True),
+            "--exclude mlp": gb(fp8 - {"mlp"}), "BF16": gb(set())}
 
 
 def table(results: dict) -> str:
@@ -73,9 +97,11 @@ def main(argv: list[str] | None = None) -> dict:
             continue
         results[label] = measure(label, options, calib, args.workdir)
         print(label, json.dumps(results[label]), flush=True)
+        if args.json:
+            args.json.write_text(json.dumps(results, indent=2) + "\n")
     print(table(results))
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=2) + "\n")
+    print("Kimi-K2.5-shaped MLA draft, weight bytes per draft step (GB):",
+          ", ".join(f"{k} {v:.3f}" for k, v in kimi_step_bytes().items()))
     return results
 
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-from quantize.options import QuantizeOptions
-from quantize.smooth import SCALE_LOG2_LIMIT, site_scale, smooth_sites, smoothed_tensors
 from safetensors.torch import load_file
 
 from eagle3_quant.errors import OptionsError, SchemeError
 from eagle3_quant.runtime.loading import load_draft
 from fixtures.synthetic import write_synthetic_draft
+from quantize.options import QuantizeOptions
+from quantize.smooth import SCALE_LOG2_LIMIT, site_scale, smooth_sites, smoothed_tensors
 
 
 def _random_scales(draft, sites, seed: int = 0) -> dict[str, torch.Tensor]:
