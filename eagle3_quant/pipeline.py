@@ -123,6 +123,9 @@ def _existing_output_problem(spec: PipelineSpec) -> str | None:
     pruned_to = (manifest.vocab_pruning or {}).get("draft_vocab")
     if pruned_to != draft_vocab:
         return f"draft_vocab was {pruned_to}"
+    smoothed_with = (manifest.smoothing or {}).get("alpha")
+    if smoothed_with != spec.quantize.smooth_alpha:
+        return f"smooth_alpha was {smoothed_with}"
     auto_kept = {d.module for d in manifest.layers if d.reason.startswith("auto-exclude")}
     if any(recorded.get(d.module) != d.quantize for d in plan.decisions if d.module not in auto_kept):
         return "the exclusions changed"

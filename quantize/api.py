@@ -91,6 +91,8 @@ def quantize_draft(src: str | Path, out: str | Path, options: QuantizeOptions | 
             return _quantize_auto(src, out, opts)
         if opts.quantize_lm_head or opts.draft_vocab is not None:
             return _quantize_pruned(src, out, opts)
+        if opts.smooth_alpha is not None:
+            return _quantize_smoothed(src, out, opts)
         if opts.allow_pickle:
             source = resolve_source(src, opts.revision, include_pickle=True)
             if pickle_only(source.path):
@@ -145,6 +147,19 @@ def _quantize_pruned(src: str | Path, out: str | Path, opts: QuantizeOptions,
                          vocab_pruning=record.to_dict(), auto_choice=auto_choice)
 
 
+def _quantize_smoothed(src: str | Path, out: str | Path, opts: QuantizeOptions) -> QuantizeResult:
+    """--smooth-alpha: the smoothed BF16 draft (``quantize/smooth.py``) goes through the normal path."""
+    from eagle3_quant.quantize.calibration import CALIBRATION_STEPS
+    from eagle3_quant.quantize.smooth import smoothed
+
+    draft = read_draft(src, opts.revision)
+    out = check_output_target(Path(out), draft.path, opts.force)
+    roles = {d.role for d in make_plan(draft, get_scheme(opts.scheme), opts.exclude, opts.quantize_fc).quantized}
+    with smoothed(draft, opts.calib, opts.smooth_alpha, roles, out, CALIBRATION_STEPS) as (folder, record):
+        return _quantize(folder, out, replace(opts, revision=None), origin=draft.source,
+                         smoothing=record.to_dict())
+
+
 def _check_resources(draft, out: Path, plan: QuantPlan, in_memory: bool) -> None:
     quantized = {d.module for d in plan.quantized}
     output_bytes = estimate_output_bytes(draft, quantized, static_input=not plan.scheme.input.dynamic,
@@ -153,7 +168,8 @@ def _check_resources(draft, out: Path, plan: QuantPlan, in_memory: bool) -> None
 
 
 def _quantize(src: str | Path, out: str | Path, opts: QuantizeOptions, origin: DraftSource | None = None,
-              vocab_pruning: dict | None = None, auto_choice: AutoChoiceRecord | None = None) -> QuantizeResult:
+              vocab_pruning: dict | None = None, auto_choice: AutoChoiceRecord | None = None,
+              smoothing: dict | None = None) -> QuantizeResult:
     started = time.perf_counter()
     chosen = get_scheme(opts.scheme)
     exclude, quantize_fc, calib, auto_exclude = opts.exclude, opts.quantize_fc, opts.calib, opts.auto_exclude
@@ -211,7 +227,7 @@ def _quantize(src: str | Path, out: str | Path, opts: QuantizeOptions, origin: D
                                     path=out)
         with timer.stage("manifest"):
             body = _manifest(draft, source, origin, plan, config, device, calibration, sensitivity, vocab_pruning,
-                             inputs)
+                             inputs, smoothing)
             if auto_choice is not None:
                 body = replace(body, auto_choice=auto_choice)
             manifest = write_manifest(staging, body, verified.files)
@@ -221,13 +237,13 @@ def _quantize(src: str | Path, out: str | Path, opts: QuantizeOptions, origin: D
 
 def _manifest(draft, source: DraftSource, origin: DraftSource | None, plan: QuantPlan, config: dict, device: str,
               calibration: dict | None, sensitivity: dict | None, vocab_pruning: dict | None,
-              inputs: list[FileDigest]) -> Manifest:
+              inputs: list[FileDigest], smoothing: dict | None = None) -> Manifest:
     scheme = plan.scheme
     return Manifest(
         source=SourceRecord(path=public_name(source.path), format=draft.format.value,
                             architecture=draft.config.architecture, hub_id=repo_id_from_cache_path(source.path),
                             repo_id=source.repo_id, revision=source.revision, commit=source.commit,
-                            pickle_converted=origin is not None and vocab_pruning is None,
+                            pickle_converted=origin is not None and vocab_pruning is None and smoothing is None,
                             card=source_card_info(source.path)),
         scheme=SchemeRecord(scheme.name, scheme.weight.describe(), scheme.input.describe()),
         exclude=ExcludeRecord(modules=[d.module for d in plan.excluded],
@@ -236,4 +252,4 @@ def _manifest(draft, source: DraftSource, origin: DraftSource | None, plan: Quan
         layers=[LayerRecord(d.role, d.module, [d.out_features, d.in_features], d.quantize, d.reason)
                 for d in plan.decisions],
         inputs=list(inputs), outputs=[], device=device, calibration=calibration, sensitivity=sensitivity,
-        vocab_pruning=vocab_pruning)
+        vocab_pruning=vocab_pruning, smoothing=smoothing)

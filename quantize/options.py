@@ -34,6 +34,10 @@ class QuantizeOptions:
     draft_vocab: int | None = option(None, "Prune the draft vocabulary to the N target tokens the target emits "
                                            "most often in the calibration set (needs --calib): lm_head sliced, "
                                            "d2t/t2d written.")
+    smooth_alpha: float | None = option(
+        None, "SmoothQuant scale migration before quantizing (needs --calib): per input channel s = amax(x)^alpha "
+              "/ amax(w)^(1-alpha), a power of two, folded exactly into the preceding norms / linears (0.5 is "
+              "SmoothQuant's usual value). The artifact loads as any other.")
     quantize_lm_head: bool = option(False, "Refused: no engine loads a quantized Eagle3 lm_head (the error says "
                                            "why).", pipeline=False)
     verbose: bool = option(False, "Show the libraries' own log (Quark).", pipeline=False)
@@ -69,10 +73,24 @@ class QuantizeOptions:
         if self.draft_vocab is not None and self.calib is None:
             raise SchemeError("--draft-vocab ranks tokens by the target's own next tokens: give --calib CAL",
                               field="calib")
+        if self.smooth_alpha is not None:
+            self._check_smooth(chosen)
         if self.auto_exclude is not None and self.calib is None:
             raise SchemeError("--auto-exclude measures layer sensitivity on calibration data: give --calib CAL",
                               field="calib")
 
+    def _check_smooth(self, chosen) -> None:
+        alpha = self.smooth_alpha
+        if not isinstance(alpha, int | float) or isinstance(alpha, bool) or not 0 <= alpha <= 1:
+            raise OptionsError(f"must be in [0, 1], got {alpha!r}", field="smooth_alpha")
+        if self.calib is None:
+            raise SchemeError("--smooth-alpha measures each input channel on calibration data: give --calib CAL",
+                              field="calib")
+        if chosen.mx or self.draft_vocab is not None or self.allow_pickle:
+            what = "an MX scheme" if chosen.mx else "--draft-vocab" if self.draft_vocab is not None else \
+                "--allow-pickle"
+            raise SchemeError(f"--smooth-alpha is for FP8 schemes of a safetensors draft: drop {what}",
+                              field="smooth_alpha")
 
     def _check_auto(self) -> None:
         if self.calib is None:
@@ -80,7 +98,8 @@ class QuantizeOptions:
                               "--calib CAL (made by `eagle3-quant calibrate`)", field="calib")
         decided = [name for name, value in (("quantize_fc", self.quantize_fc), ("draft_vocab", self.draft_vocab),
                                             ("auto_exclude", self.auto_exclude),
-                                            ("allow_pickle", self.allow_pickle)) if value not in (None, False)]
+                                            ("allow_pickle", self.allow_pickle),
+                                            ("smooth_alpha", self.smooth_alpha)) if value not in (None, False)]
         if decided:
             raise SchemeError(f"--scheme auto chooses fc's precision and the vocabulary itself and reads safetensors "
                               f"drafts only: drop --{decided[0].replace('_', '-')} (--engine vllm lets it try fc "

@@ -161,7 +161,8 @@ def test_fp8_mla_draft_acceptance_is_measured_with_its_interval(report, mla_fp8)
 
 @pytest.mark.slow
 @pytest.mark.xfail(strict=True, reason="issue 12 bar not met: PTPC FP8 keeps 0.9872 (95% CI 0.9808..0.9937) of "
-                   "the tiny MLA draft's acceptance length, not >= 0.99 (docs/families.md)")
+                   "the tiny MLA draft's acceptance length, not >= 0.99; no remedy that keeps the plan's FP8 "
+                   "groups beats its interval (bench/mla_fp8_remedies.py, docs/families.md)")
 def test_fp8_mla_draft_keeps_99_percent_of_the_bf16_acceptance(report):
     assert report.metrics["acceptance_ratio"] >= 0.99 and report.passed
 
@@ -194,5 +195,27 @@ def test_fp8_mla_draft_with_its_mlp_gate_up_in_bf16_keeps_99_percent(tiny_pair, 
           f"top-1 {m['top1_agreement']:.4f}")
     assert checked.passed, [(c.name, c.detail) for c in checked.failed_checks]
     assert m["acceptance_ratio"] >= 0.99 and m["drafts"] >= 6000
+    low, high = m["acceptance_ratio_interval"]
+    assert low <= m["acceptance_ratio"] <= high and high - low <= 0.02
+
+
+@pytest.mark.slow
+def test_smoothed_mla_draft_is_validated_against_the_unsmoothed_draft(tiny_pair, tmp_path):
+    """`--smooth-alpha 0.5` (bench/mla_fp8_remedies.py): measured ratio 0.9907 (95% CI 0.9850..0.9963), top-1
+    0.9507, within the default plan's interval: activations have no outlier channels to migrate
+    (docs/families.md). validate judges it against the unsmoothed BF16 draft: folded BF16 tensors and FP8
+    weights are left out of the byte and SQNR comparisons, everything else is checked as usual."""
+    from eagle3_quant.quantize.api import quantize_draft
+
+    result = quantize_draft(MLA_DRAFT, tmp_path / "fp8", device="cpu", calib=tiny_pair.calib, smooth_alpha=0.5)
+    smoothing = result.manifest.smoothing
+    assert smoothing["alpha"] == 0.5 and smoothing["positions"] > 0
+    assert "midlayer.post_attention_layernorm.weight" in smoothing["folded_tensors"] or \
+        "midlayer.mlp.up_proj.weight" in smoothing["folded_tensors"]
+    checked = validate_draft(result.output, reference=MLA_DRAFT, calib=tiny_pair.calib, gates=Gates(), kernel=False)
+    status = {c.name: c.status for c in checked.checks}
+    assert status["unchanged_parts"] == "passed" and status["weight_sqnr"] in ("passed", "skipped")
+    m = checked.metrics
+    assert abs(m["acceptance_ratio"] - 0.9907) < 5e-4 and m["drafts"] >= 6000
     low, high = m["acceptance_ratio_interval"]
     assert low <= m["acceptance_ratio"] <= high and high - low <= 0.02

@@ -117,8 +117,14 @@ def _sqnr(art: Fp8Artifact, reference: DraftCheckpoint | None, gates: Gates) -> 
     if reference is None:
         return skipped("weight_sqnr", "needs a reference draft (--reference)"), []
     from eagle3_quant.validate.fidelity import weight_sqnr
+    from eagle3_quant.validate.structure import smoothed_tensors
 
-    layers = weight_sqnr(art, reference)
+    folded = smoothed_tensors(art.path)     # --smooth-alpha: these weights hold its scales, the reference does not
+    layers = [layer for layer in weight_sqnr(art, reference) if layer["module"] + ".weight" not in folded]
+    if not layers and folded:
+        return skipped("weight_sqnr", "--smooth-alpha folded its scales into every FP8 weight: the reference's "
+                                      "weights differ from them by design (the export compared them with the "
+                                      "smoothed source)"), []
     if not layers:
         return failed("weight_sqnr", "no FP8 weight has a counterpart of the same shape in the reference"), []
     worst = min(layers, key=lambda layer: -math.inf if math.isnan(layer["sqnr_db"]) else layer["sqnr_db"])

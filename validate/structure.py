@@ -161,6 +161,14 @@ def pruned_vocab(out: Path) -> int | None:
         return None
 
 
+def smoothed_tensors(out: Path) -> set[str]:
+    """The BF16 tensors `quantize --smooth-alpha` folded its scales into (its manifest says)."""
+    try:
+        return {str(n) for n in (Manifest.read(out).smoothing or {}).get("folded_tensors", [])}
+    except (ManifestError, TypeError, AttributeError):
+        return set()
+
+
 def check_unchanged(art: Fp8Artifact, reference: DraftCheckpoint | None) -> Check:
     if reference is None:
         return skipped("unchanged_parts", "no reference draft (--reference, or a local source in the manifest)")
@@ -168,7 +176,9 @@ def check_unchanged(art: Fp8Artifact, reference: DraftCheckpoint | None) -> Chec
     scales = {f"{m}.{s}" for m in art.fp8_modules for s in SCALE_SUFFIXES}
     pruned = pruned_vocab(art.path)
     # a pruned vocabulary: lm_head/d2t/t2d were compared with the pruned source by the export verification
-    skip = scales | (VOCAB_TENSORS if pruned is not None else set())
+    # smoothing folded exact power-of-two scales into some BF16 tensors: compared with the smoothed source at export
+    folded = smoothed_tensors(art.path)
+    skip = scales | (VOCAB_TENSORS if pruned is not None else set()) | folded
     problems, same = [], 0
     for name in sorted(set(ref) - set(out) - skip):
         problems.append(f"{name} is in the reference but not in the output")
@@ -195,6 +205,9 @@ def check_unchanged(art: Fp8Artifact, reference: DraftCheckpoint | None) -> Chec
         return failed("unchanged_parts", _listed(problems))
     pruning = "" if pruned is None else (f"; vocabulary pruned to {pruned} (lm_head, d2t, t2d verified against the "
                                          "pruned source at export)")
+    if folded:
+        pruning += (f"; {len(folded)} BF16 tensors hold the --smooth-alpha scales (verified against the smoothed "
+                    "source at export)")
     return passed("unchanged_parts", f"{same} tensors kept in their source precision are byte-identical to the "
                                      "reference" + pruning)
 

@@ -28,6 +28,7 @@ def quantize_command(
     device: Annotated[str | None, typer.Option(help=help_of(Q, "device"))] = default(Q, "device"),
     calib: Annotated[Path | None, typer.Option(help=help_of(Q, "calib"))] = default(Q, "calib"),
     auto_exclude: Annotated[float | None, typer.Option(help=help_of(Q, "auto_exclude"))] = default(Q, "auto_exclude"),
+    smooth_alpha: Annotated[float | None, typer.Option(help=help_of(Q, "smooth_alpha"))] = default(Q, "smooth_alpha"),
     force: Annotated[bool, typer.Option("--force", help=help_of(Q, "force"))] = default(Q, "force"),
     revision: Annotated[str | None, typer.Option(help=help_of(Q, "revision"))] = default(Q, "revision"),
     verbose: Annotated[bool, typer.Option("--verbose", help=help_of(Q, "verbose"))] = default(Q, "verbose"),
@@ -46,7 +47,8 @@ def quantize_command(
     from eagle3_quant.quantize.api import quantize_draft
 
     options = Q(scheme=scheme.value, exclude=tuple(exclude or ()), quantize_fc=quantize_fc, device=device,
-                calib=calib, auto_exclude=auto_exclude, force=force, revision=revision, verbose=verbose,
+                calib=calib, auto_exclude=auto_exclude, smooth_alpha=smooth_alpha, force=force, revision=revision,
+                verbose=verbose,
                 allow_pickle=allow_pickle, draft_vocab=draft_vocab, quantize_lm_head=quantize_lm_head,
                 min_acceptance_ratio=min_acceptance_ratio, engine=engine.value)
     if quantize_fc:

@@ -81,6 +81,7 @@ class Manifest:
     calibration: dict[str, Any] | None = None     # static scales: the set, samples, tokens, every input scale
     sensitivity: dict[str, Any] | None = None     # --auto-exclude: threshold and the measured table
     vocab_pruning: dict[str, Any] | None = None   # --draft-vocab: sizes and coverage before and after
+    smoothing: dict[str, Any] | None = None       # --smooth-alpha: alpha, sites, the BF16 tensors it folded into
     auto_choice: AutoChoiceRecord | None = None   # --scheme auto: the candidate ladder, measured, and the choice
     manifest_version: int = MANIFEST_VERSION
     created_at: str = ""
@@ -89,11 +90,12 @@ class Manifest:
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
-        for optional in ("calibration", "sensitivity", "vocab_pruning", "auto_choice"):
+        for optional in ("calibration", "sensitivity", "vocab_pruning", "smoothing", "auto_choice"):
             if data[optional] is None:
                 del data[optional]
         order = ("manifest_version", "created_at", "command", "versions", "source", "scheme", "exclude", "layers",
-                 "device", "calibration", "sensitivity", "vocab_pruning", "auto_choice", "inputs", "outputs")
+                 "device", "calibration", "sensitivity", "vocab_pruning", "smoothing", "auto_choice", "inputs",
+                 "outputs")
         return {key: data[key] for key in order if key in data}
 
     @classmethod
@@ -116,6 +118,7 @@ class Manifest:
                 calibration=data.get("calibration") if isinstance(data.get("calibration"), dict) else None,
                 sensitivity=data.get("sensitivity") if isinstance(data.get("sensitivity"), dict) else None,
                 vocab_pruning=data.get("vocab_pruning") if isinstance(data.get("vocab_pruning"), dict) else None,
+                smoothing=data.get("smoothing") if isinstance(data.get("smoothing"), dict) else None,
                 auto_choice=(AutoChoiceRecord.from_dict(data["auto_choice"], path)
                              if data.get("auto_choice") is not None else None),
                 created_at=str(data.get("created_at", "")),
