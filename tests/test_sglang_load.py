@@ -84,7 +84,7 @@ def test_ptpc_artifact_loads_as_planned(judged):
     assert check.data["skipped_on_purpose"] == ["t2d"]
     assert check.data["tensors_consumed"] == check.data["checkpoint_tensors"] - 1
     assert check.data["from_target"] == ["model.embed_tokens.weight"]   # the pair's draft has no embedding
-    assert check.data["fp8_linears_run"] == 4 and check.data["max_linear_rel_diff"] <= 1e-3
+    assert check.data["linears_run"] == 4 and check.data["max_linear_rel_diff"] <= 1e-3
 
 
 @pytest.mark.slow
