@@ -175,7 +175,7 @@ def layer_decisions(model, runtime_names: dict[int, str], artifact: Path) -> lis
     return rows
 
 
-def mx_input_kind(artifact: Path, has_input_scale: bool) -> str:
+def _mx_input_kind(artifact: Path, has_input_scale: bool) -> str:
     """What the runtime's MxLinear does with the activations, as the checkpoint's config declares them."""
     import json
 
@@ -202,7 +202,7 @@ def _ours(checkpoint: dict[str, torch.Tensor], module_path: str, roles: tuple[st
         weight, scale = checkpoint[f"{stem}.weight"], checkpoint[f"{stem}.weight_scale"]
         input_scale = checkpoint.get(f"{stem}.input_scale")
         if weight.dtype == torch.uint8:
-            layers.append(MxLinear(weight, scale, mx_input_kind(artifact, input_scale is not None), input_scale))
+            layers.append(MxLinear(weight, scale, _mx_input_kind(artifact, input_scale is not None), input_scale))
         else:
             layers.append(Fp8Linear(weight, scale.reshape(-1), input_scale))
     if len(layers) > 1:

@@ -39,7 +39,7 @@ def _runtime_linears(draft: nn.Module, role: str) -> list[tuple[nn.Module, str]]
     found = []
     for name, module in draft.named_modules():
         parent, _, last = name.rpartition(".")
-        if last == role and isinstance(module, nn.Module) and hasattr(module, "weight"):
+        if last == role and hasattr(module, "weight"):
             found.append((draft.get_submodule(parent) if parent else draft, last))
     return found
 
