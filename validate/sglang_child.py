@@ -4,7 +4,8 @@
 ``ServerArgs`` + a world-size-1 gloo group -> ``ModelConfig(ARTIFACT, is_draft_model=True)`` ->
 ``_get_quantization_config`` (its ``QuarkConfig``) -> ``_initialize_model`` (``LlamaForCausalLMEagle3``) ->
 ``DefaultModelLoader.load_weights_only`` (the model's ``load_weights``) -> the parameters are compared with the
-checkpoint -> ``postprocess_weights`` (``process_weights_after_loading``) -> each FP8 linear's forward.
+checkpoint -> ``postprocess_weights`` (``process_weights_after_loading``) -> each quantized linear's forward ->
+the runtime draft's logits with SGLang's linears in place (`sglang_forward.py`).
 Only the CPU patches of `sglang_patches.py` stand in for GPU code.
 """
 
@@ -17,6 +18,7 @@ import time
 from pathlib import Path
 
 from eagle3_quant.validate.sglang_compare import compare_linears, compare_parameters, layer_decisions
+from eagle3_quant.validate.sglang_forward import compare_forward
 
 
 def _free_port() -> int:
@@ -75,9 +77,14 @@ def load(artifact: str) -> dict:
     decisions = layer_decisions(model, names, Path(artifact))
     loader.DefaultModelLoader.postprocess_weights(model, cpu)
     linears = compare_linears(model, Path(artifact))
+    try:
+        forward = compare_forward(model, Path(artifact))
+    except Exception as exc:  # noqa: BLE001 - the loader's findings above still come back
+        forward = {"problem": f"{type(exc).__name__}: {exc}"}
     return {"architecture": type(model).__name__, "dtype": str(model_config.dtype).removeprefix("torch."),
             "quant_config": type(quant_config).__name__ if quant_config is not None else None,
-            "layers": decisions, "parameters": parameters, "linears": linears}
+            "layers": decisions, "parameters": parameters, "linears": linears,
+            "forward": forward}
 
 
 def main(argv: list[str]) -> int:

@@ -1,10 +1,11 @@
 """What SGLang's loader made of a checkpoint, compared with the checkpoint (runs in the sglang_load child).
 
 - `layer_decisions`: per runtime linear, the name SGLang matched against `exclude`, the quant method it built
-  and whether the checkpoint holds FP8 weights for it;
+  and what the checkpoint holds for it (FP8, MXFP4 or BF16);
 - `compare_parameters`: every checkpoint tensor landed byte-identical in a parameter (SGLang's
   ``load_weights`` drops names it does not know, and casts into a parameter of another dtype, silently);
-- `compare_linears`: each FP8 linear's forward next to this project's runtime on the same checkpoint tensors.
+- `compare_linears`: each quantized linear's forward next to this project's runtime on the same checkpoint
+  tensors (`Fp8Linear`, or `MxLinear` for MXFP4).
 """
 
 from __future__ import annotations
@@ -119,11 +120,23 @@ def _roles(module_name: str) -> tuple[str, ...]:
     return FUSED.get(last, (last,))
 
 
-def _checkpoint_fp8(checkpoint: dict[str, torch.Tensor], roles: tuple[str, ...]) -> bool | None:
+FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e4m3fnuz)
+
+
+def _checkpoint_format(checkpoint: dict[str, torch.Tensor], roles: tuple[str, ...]) -> str | None:
+    """"fp8", "mxfp4" (Quark's packed uint8), "bf16" (any float) or "mixed" for the weights of `roles`."""
     dtypes = {t.dtype for n, t in checkpoint.items() if n.endswith(".weight") and _role(n) in roles}
     if not dtypes:
         return None
-    return all(d in (torch.float8_e4m3fn, torch.float8_e4m3fnuz) for d in dtypes)
+    if dtypes <= set(FP8_DTYPES):
+        return "fp8"
+    if dtypes == {torch.uint8}:
+        return "mxfp4"
+    return "bf16" if all(d.is_floating_point for d in dtypes) else "mixed"
+
+
+def _built_format(method: str) -> str:
+    return "MXFP4" if "MXFP4" in method else "FP8"
 
 
 def _method(module) -> tuple[str, bool]:
@@ -146,20 +159,37 @@ def layer_decisions(model, runtime_names: dict[int, str], artifact: Path) -> lis
             continue
         roles = _roles(path)
         method, quantized = _method(module)
-        fp8 = _checkpoint_fp8(checkpoint, roles)
+        held = _checkpoint_format(checkpoint, roles)
         problem = None
-        if fp8 is not None and quantized != fp8:
-            problem = (f"SGLang builds it FP8 ({method}) over the checkpoint's BF16 weights: they are cast into "
-                       "FP8 and weight_scale keeps its initial -3.4e38" if quantized else
-                       f"SGLang builds it unquantized ({method}) but the checkpoint holds FP8 weights: they are "
-                       "cast to the model dtype and the scale is dropped")
+        if held is not None and quantized != (held in ("fp8", "mxfp4")):
+            built = _built_format(method)
+            problem = (f"SGLang builds it {built} ({method}) over the checkpoint's BF16 weights: they are cast into "
+                       f"{built} and weight_scale keeps its initial value" if quantized else
+                       f"SGLang builds it unquantized ({method}) but the checkpoint holds {held.upper()} weights: "
+                       "they are cast to the model dtype and the scale is dropped")
+        elif quantized and held is not None and _built_format(method).lower() != held:
+            problem = f"SGLang builds it {_built_format(method)} ({method}) but the checkpoint holds {held.upper()}"
         rows.append({"module": path, "runtime_name": runtime_names.get(id(module), path), "roles": list(roles),
-                     "method": method, "quantized": quantized, "checkpoint_fp8": fp8, "problem": problem})
+                     "method": method, "quantized": quantized, "checkpoint": held,
+                     "checkpoint_fp8": None if held is None else held == "fp8", "problem": problem})
     return rows
 
 
-def _ours(checkpoint: dict[str, torch.Tensor], module_path: str, roles: tuple[str, ...]):
+def _mx_input_kind(artifact: Path, has_input_scale: bool) -> str:
+    """What the runtime's MxLinear does with the activations, as the checkpoint's config declares them."""
+    import json
+
+    if has_input_scale:
+        return "fp8_static"
+    qc = json.loads((artifact / "config.json").read_text()).get("quantization_config") or {}
+    inputs = (qc.get("global_quant_config") or {}).get("input_tensors") or {}
+    return "mxfp4" if inputs.get("dtype") == "fp4" else "none"
+
+
+def _ours(checkpoint: dict[str, torch.Tensor], module_path: str, roles: tuple[str, ...], artifact: Path):
+    """The runtime's linears (Fp8Linear or MxLinear) for the shards of one SGLang linear, or None."""
     from eagle3_quant.runtime.fp8_linear import Fp8Linear, harmonize_fused
+    from eagle3_quant.runtime.mx_linear import MxLinear, harmonize_fused_mx
 
     layers = []
     for role in roles:
@@ -169,15 +199,20 @@ def _ours(checkpoint: dict[str, torch.Tensor], module_path: str, roles: tuple[st
         stem = names[0].removesuffix(".weight")
         if f"{stem}.weight_scale" not in checkpoint:
             return None
-        layers.append(Fp8Linear(checkpoint[f"{stem}.weight"], checkpoint[f"{stem}.weight_scale"].reshape(-1),
-                                checkpoint.get(f"{stem}.input_scale")))
+        weight, scale = checkpoint[f"{stem}.weight"], checkpoint[f"{stem}.weight_scale"]
+        input_scale = checkpoint.get(f"{stem}.input_scale")
+        if weight.dtype == torch.uint8:
+            layers.append(MxLinear(weight, scale, _mx_input_kind(artifact, input_scale is not None), input_scale))
+        else:
+            layers.append(Fp8Linear(weight, scale.reshape(-1), input_scale))
     if len(layers) > 1:
-        harmonize_fused(layers)
+        (harmonize_fused_mx if isinstance(layers[0], MxLinear) else harmonize_fused)(layers)
     return layers
 
 
 def compare_linears(model, artifact: Path, tokens: int = 7, seed: int = 0) -> list[dict]:
-    """After ``process_weights_after_loading``: each FP8 linear on seeded inputs, SGLang vs our runtime."""
+    """After ``process_weights_after_loading``: each quantized linear (FP8 or MXFP4) on seeded inputs, SGLang vs
+    our runtime."""
     checkpoint = read_checkpoint(artifact)
     rows = []
     generator = torch.Generator().manual_seed(seed)
@@ -185,7 +220,7 @@ def compare_linears(model, artifact: Path, tokens: int = 7, seed: int = 0) -> li
         if getattr(module, "scheme", None) is None or not hasattr(module, "input_size"):
             continue
         try:
-            ours = _ours(checkpoint, path, _roles(path))
+            ours = _ours(checkpoint, path, _roles(path), artifact)
         except ValueError as exc:         # the runtime refuses these tensors (an Eagle3QuantError)
             rows.append({"module": path, "problem": f"the runtime refuses the checkpoint's tensors: {exc}"})
             continue
@@ -196,7 +231,7 @@ def compare_linears(model, artifact: Path, tokens: int = 7, seed: int = 0) -> li
         row = {"module": path, "shape": [tokens, module.input_size, int(out.shape[-1])],
                "dtype": str(out.dtype).removeprefix("torch.")}
         if ours is None:
-            row["problem"] = "no FP8 weights for it in the checkpoint"
+            row["problem"] = "no quantized weights for it in the checkpoint"
         else:
             with torch.no_grad():
                 reference = torch.cat([layer(x) for layer in ours], -1).to(out.dtype)

@@ -18,6 +18,9 @@ PATCHES = (
     "static_quant_fp8 (static FP8 inputs) in torch, the Triton kernel's math",
     "scaled_fp8_quant (requantizing fused per-tensor weights) in torch, SGLang's own ROCm fallback math "
     "(the CUDA branch calls sgl-kernel)",
+    "dynamic_mxfp4_quant and gemm_afp4wfp4 (QuarkW4A4MXFP4's AITER kernels, defined only on ROCm) in torch: "
+    "MXFP4 activations with Quark's even E8M0 scale and an fp32 GEMM of the dequantized operands "
+    "(eagle3_quant/runtime/mx.py, bit-exact to Quark's MX math)",
 )
 
 
@@ -104,9 +107,29 @@ def scaled_fp8_quant(input, scale=None, num_token_padding=None, use_per_token_if
     return output, scale
 
 
+def dynamic_mxfp4_quant(x):
+    """AITER's ``dynamic_mxfp4_quant``: [M, N] -> (packed E2M1 uint8 [M, N/2], E8M0 uint8 [M, N/32])."""
+    from eagle3_quant.runtime.mx import quantize_mxfp4
+
+    return quantize_mxfp4(x)
+
+
+def gemm_afp4wfp4(x, w, x_scales, w_scales, dtype, y):
+    """AITER's ``gemm_afp4wfp4``: y = dequant(x) @ dequant(w).T, accumulated in fp32, written into `y`."""
+    import torch
+
+    from eagle3_quant.runtime.mx import dequantize_mxfp4
+
+    a = dequantize_mxfp4(x, x_scales, torch.float32)
+    b = dequantize_mxfp4(w, w_scales, torch.float32)
+    y.copy_((a @ b.T).to(y.dtype))
+    return y
+
+
 def patch_sglang() -> None:
     import sglang.srt.layers.quantization.fp8_utils as fp8_utils
     import sglang.srt.layers.quantization.quark.quark as quark
+    import sglang.srt.layers.quantization.quark.schemes.quark_w4a4_mxfp4 as w4a4
     import sglang.srt.layers.quantization.utils as quant_utils
     import sglang.srt.layers.rotary_embedding.base as rotary
 
@@ -116,3 +139,5 @@ def patch_sglang() -> None:
     fp8_utils.static_quant_fp8 = static_quant_fp8
     fp8_utils.scaled_fp8_quant = scaled_fp8_quant
     quant_utils.scaled_fp8_quant = scaled_fp8_quant
+    w4a4.dynamic_mxfp4_quant = dynamic_mxfp4_quant
+    w4a4.gemm_afp4wfp4 = gemm_afp4wfp4
