@@ -115,7 +115,7 @@ def _is_mx(out: Path) -> bool:
     except (OSError, ValueError, AttributeError):
         return False
     weight = (qc.get("global_quant_config") or {}).get("weight") if isinstance(qc, dict) else None
-    return isinstance(weight, dict) and weight.get("dtype") == "fp4"
+    return isinstance(weight, dict) and weight.get("dtype") in ("fp4", "fp6_e2m3", "fp6_e3m2")
 
 
 def run_kernel_check(out: str | Path, device: str | None = None) -> dict:
