@@ -63,7 +63,7 @@ def test_the_report_and_the_card_say_which_gates_applied(tmp_path):
     assert data["gate_source"]["min_top1_agreement"] == "default for w_mxfp6_e2m3_a_mxfp6_e2m3"
     summary = read_validation(tmp_path)
     assert "min_acceptance_ratio >= 0.97 (set)" in summary.gates
-    assert "min_weight_sqnr_db >= 22 (default for w_mxfp6_e2m3_a_mxfp6_e2m3)" in summary.gates
+    assert "min_weight_sqnr_db >= 25 (default for w_mxfp6_e2m3_a_mxfp6_e2m3)" in summary.gates
     assert ("validation gates", summary.gates) in _metric_rows(summary)
 
 
