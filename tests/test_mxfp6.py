@@ -195,3 +195,22 @@ def test_vllm_own_code_loads_the_mxfp6_artifacts_with_its_emulation_kernel(fp6_r
         assert result["linears"]["model.fc"]["scheme"] is None
         assert "MXFP6" in result["mx_kernel"] and "not the gfx950 MX GEMM" in check.detail
         assert result["logits"]["top1_agreement"] == 1.0
+
+
+def test_the_runtime_reads_the_mxfp6_input_kind_and_refuses_what_no_engine_runs(tmp_path):
+    from eagle3_quant.errors import DraftFormatError
+    from eagle3_quant.runtime.mx_loading import mx_input_kind
+
+    def config(inputs):
+        return {"quantization_config": {"global_quant_config": {"weight": _fp6_weight("fp6_e3m2"),
+                                                                "input_tensors": inputs}}}
+
+    modules = {"midlayer.mlp.down_proj": False}
+    assert mx_input_kind(config(_inputs("fp6_e3m2")), modules, tmp_path) == "mxfp6_e3m2"
+    assert mx_input_kind(config(None), modules, tmp_path) == "none"
+    with pytest.raises(DraftFormatError, match="fp6_e3m2 MX weights with input_tensors fp8_e4m3 static"):
+        mx_input_kind(config(_inputs("fp8_e4m3", dynamic=False, qscheme="per_tensor")),
+                      {"midlayer.mlp.down_proj": True}, tmp_path)
+    with pytest.raises(ValueError, match="weight_scale must be E8M0 uint8"):
+        packed, scale = mx.quantize_mx(torch.randn(8, 64), "fp6_e2m3")
+        MxLinear(packed, scale, "mxfp6_e2m3", element="fp4")      # 6-bit bytes read as MXFP4: refused
