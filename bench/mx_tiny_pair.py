@@ -1,5 +1,6 @@
 """Measure the MX schemes on the committed tiny real pair (docs/mx.md): `validate`'s paired acceptance ratio with
-its interval for each MX artifact (default exclusions, then more), and the MXFP4 sensitivity table per group.
+its interval for each MX artifact (MXFP4 and MXFP6; default exclusions, then more), and the sensitivity table per
+group of each MX scheme.
 
 The calibration set is the tiny pair fixture's: the target's greedy continuations of the first 128 held-out
 prompts (48 new tokens), ~6.7K draft chains of k = 3.
@@ -28,7 +29,10 @@ RUNS = (
     ("w_mxfp4_a_mxfp4 -down_proj", "w_mxfp4_a_mxfp4", ("down_proj",)),
     ("w_mxfp4_a_mxfp4 -attention", "w_mxfp4_a_mxfp4", ("attention",)),
     ("w_mxfp4_a_fp8 -mlp", "w_mxfp4_a_fp8", ("mlp",)),
+    ("w_mxfp6_e2m3_a_mxfp6_e2m3", "w_mxfp6_e2m3_a_mxfp6_e2m3", ()),
+    ("w_mxfp6_e3m2_a_mxfp6_e3m2", "w_mxfp6_e3m2_a_mxfp6_e3m2", ()),
 )
+SENSITIVITY_SCHEMES = ("w_mxfp4_a_mxfp4", "w_mxfp4_a_fp8", "w_mxfp6_e2m3_a_mxfp6_e2m3", "w_mxfp6_e3m2_a_mxfp6_e3m2")
 
 
 def calibration(workdir: Path) -> Path:
@@ -73,11 +77,11 @@ def main(argv: list[str] | None = None) -> dict:
         row = {"scheme": scheme, "exclude": list(exclude), "acceptance_ratio": m.get("acceptance_ratio"),
                "interval": m.get("acceptance_ratio_interval"), "al_bf16": m.get("acceptance_length_bf16"),
                "al_quantized": m.get("acceptance_length_fp8"), "top1": m.get("top1_agreement"), "kl": m.get("kl"),
-               "drafts": m.get("drafts"), "passed": report.passed,
+               "drafts": m.get("drafts"), "min_weight_sqnr_db": m.get("min_weight_sqnr_db"), "passed": report.passed,
                "failed_checks": [c.name for c in report.failed_checks], "seconds": round(time.perf_counter() - started)}
         results["runs"][label] = row
         print(label, json.dumps(row), flush=True)
-    for scheme in ("w_mxfp4_a_mxfp4", "w_mxfp4_a_fp8"):
+    for scheme in SENSITIVITY_SCHEMES:
         if args.only and f"sensitivity {scheme}" not in args.only:
             continue
         report = measure_sensitivity(PAIR / "draft", calib, scheme=scheme, device="cpu")

@@ -74,6 +74,26 @@ class Scheme:
 _SGLANG_NO_DENSE_W4A8 = ("sglang", "SGLang 0.5.23's Quark loader has no dense linear scheme for MXFP4 weights with "
                                    "FP8 activations (W4A8 is MoE-only)")
 
+_SGLANG_NO_MXFP6 = ("sglang", "SGLang 0.5.23's Quark loader builds only MXFP4 (QuarkW4A4MXFP4) and FP8 linear schemes: "
+                              "MXFP6 weights raise 'No quark compatible scheme was found'")
+
+
+def _mxfp6_scheme(element: str) -> Scheme:
+    """MXFP6 weights with dynamic MXFP6 activations of the same element (vLLM 0.33: ``QuarkOCP_MX``, emulated by
+    ``EmulationMxfp6LinearKernel`` on every platform; its dense parser has no MXFP6 weight + FP8 activation scheme)."""
+    doc = ELEMENT_DTYPES[element][0]
+    return Scheme(
+        name=f"w_mx{element}_a_mx{element}",
+        summary=f"{doc} weights and activations (one E8M0 scale per 32 inputs, 4 elements in 3 bytes; activations "
+                "dynamic); no data needed",
+        weight=mx_spec(element, dynamic=False),
+        input=mx_spec(element, dynamic=True),
+        needs_calibration=False,
+        vllm_scheme="QuarkOCP_MX",
+        engines=("vllm",),
+        engine_notes=(_SGLANG_NO_MXFP6,),
+    )
+
 
 SCHEMES: dict[str, Scheme] = {
     s.name: s
@@ -112,6 +132,8 @@ SCHEMES: dict[str, Scheme] = {
             engines=("vllm",),
             engine_notes=(_SGLANG_NO_DENSE_W4A8,),
         ),
+        _mxfp6_scheme("fp6_e2m3"),
+        _mxfp6_scheme("fp6_e3m2"),
     )
 }
 DEFAULT_SCHEME = "ptpc_fp8"

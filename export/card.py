@@ -80,6 +80,7 @@ def _metric_rows(validation: ValidationSummary) -> list[tuple[str, str]]:
         ("top-1 agreement FP8 vs BF16", _fmt(m("top1_agreement"), ".4f")),
         ("logit KL (BF16 to FP8)", _fmt(m("kl"), ".3g")),
         ("FP8 kernel check", kernel_text),
+        ("validation gates", validation.gates or NOT_MEASURED),
     ]
 
 

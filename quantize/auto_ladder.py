@@ -28,7 +28,7 @@ from eagle3_quant.schemes import SCHEMES, Scheme, serving_engines
 
 VOCAB_FRACTIONS = (2, 3, 4)             # pruned vocabularies of 1/2, 1/3, 1/4 of the current one
 FC_FP8_ENGINES = frozenset({"vllm"})    # SGLang's Eagle3 loader keeps fc a plain nn.Linear (docs/commands.md)
-SIMULATED_DTYPES = frozenset({"fp8_e4m3", "fp4"})       # element dtypes (schemes.ELEMENT_DTYPES)
+SIMULATED_DTYPES = frozenset({"fp8_e4m3", "fp4", "fp6_e2m3", "fp6_e3m2"})   # schemes.ELEMENT_DTYPES
 
 
 @dataclass(frozen=True)

@@ -146,15 +146,16 @@ def fp8_versions(runtime, scheme: Scheme, batches: list[dict], groups: dict) -> 
 
 
 def _mx_version(linear, scheme: Scheme, input_scale: torch.Tensor | None, bias: torch.Tensor | None):
-    """An MXFP4 twin of a float linear: Quark's packed weight and E8M0 scales (bit for bit), vLLM's math.
+    """An MX (MXFP4 / MXFP6) twin of a float linear: Quark's packed weight and E8M0 scales (bit for bit), vLLM's math.
     A linear whose width is not a multiple of 32 stays as it is (the plan refuses to quantize it)."""
     from eagle3_quant.runtime import mx
     from eagle3_quant.runtime.mx_linear import MxLinear
 
     if linear.weight.shape[1] % mx.MX_BLOCK:
         return linear
-    packed, scale = mx.quantize_mxfp4(linear.weight.detach())
-    return MxLinear(packed, scale, "mxfp4" if scheme.input.mx else "fp8_static", input_scale, bias)
+    packed, scale = mx.quantize_mx(linear.weight.detach(), scheme.weight.dtype)
+    return MxLinear(packed, scale, "mx" + scheme.input.dtype if scheme.input.mx else "fp8_static", input_scale, bias,
+                    scheme.weight.dtype)
 
 
 class _Tally:

@@ -68,3 +68,14 @@ def test_inspect_estimates_the_packed_output(make_draft):
     rows = sum(row.shape[0] for row in quantized)
     assert fp8.estimated_output_bytes - mx4.estimated_output_bytes == (
         elements + 4 * rows - elements // 2 - elements // 32)
+
+
+def test_mxfp6_projection_counts_three_quarters_of_a_byte_per_weight_and_the_scales():
+    tensors = KIMI.tensors()
+    modules = set(layer_linear_modules(tensors))
+    elements = sum(t.shape[0] * t.shape[1] for t in tensors if t.name.removesuffix(".weight") in modules)
+    for scheme in ("w_mxfp6_e2m3_a_mxfp6_e2m3", "w_mxfp6_e3m2_a_mxfp6_e3m2"):
+        cost = step_cost(project_scheme(tensors, scheme), scheme)
+        assert sum(cost.bytes_by_part[p] for p in ("attention", "mlp")) == elements * 3 // 4 + elements // 32
+    order = sorted(SCHEMES, key=lambda s: step_cost(project_scheme(tensors, s), s).total_bytes)
+    assert order.index("w_mxfp4_a_mxfp4") < order.index("w_mxfp6_e2m3_a_mxfp6_e2m3") < order.index("ptpc_fp8")

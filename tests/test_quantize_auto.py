@@ -54,6 +54,9 @@ def test_ladder_step_bytes_are_cost_py_s_and_ascending(tmp_path: Path):
     assert fc["ptpc_fp8 + fc FP8"] < fc["ptpc_fp8"]
     assert fc["ptpc_fp8 + vocab 128 + fc FP8"] < fc["ptpc_fp8 + vocab 128"]
     assert build_ladder(draft, ("fc",), "vllm", []).skipped          # --exclude fc: no fc FP8 candidate
+    # MXFP6 joins with --engine vllm, between MXFP4 and FP8 in step bytes; SGLang cannot load it
+    assert fc["w_mxfp4_a_mxfp4"] < fc["w_mxfp6_e2m3_a_mxfp6_e2m3"] == fc["w_mxfp6_e3m2_a_mxfp6_e3m2"] < fc["ptpc_fp8"]
+    assert any(s.startswith("w_mxfp6_e3m2_a_mxfp6_e3m2: --engine both includes sglang") for s in ladder.skipped)
 
 
 def test_refusals_before_any_work(tmp_path: Path, capsys):

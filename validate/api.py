@@ -9,6 +9,7 @@ from pathlib import Path
 from eagle3_quant.calib.engine_taps import accepted_calibration_taps, served_taps, stale_order
 from eagle3_quant.calib.format import CalibrationSet, load_calibration
 from eagle3_quant.calib.taps import resolve_taps
+from eagle3_quant.validate.gate_choice import artifact_scheme
 from eagle3_quant.validate.kernel_check import kernel_checks, run_kernel_check
 from eagle3_quant.validate.options import ValidateOptions
 from eagle3_quant.validate.report import REPORT_NAME, Check, Gates, ValidationReport, failed, gate, skipped
@@ -159,6 +160,7 @@ def validate_draft(out: str | Path, options: ValidateOptions | None = None, **ov
     art = read_artifact(out)
     if (out / MANIFEST_NAME).is_file():   # a manifest present must be well-formed, its paths inside OUT
         Manifest.read(out, DraftFormatError)
+    gates, gate_source = gates.resolve(artifact_scheme(out, art.quant_config))
     validated_files = artifact_digests(out)
     ref = read_reference(reference, out)
     cal = load_calibration(calib) if calib is not None else None
@@ -187,7 +189,8 @@ def validate_draft(out: str | Path, options: ValidateOptions | None = None, **ov
     calibration = None if cal is None else {"path": public_name(cal.path.resolve()), "samples": cal.num_samples,
                                             "tokens": cal.num_tokens, "target": public_name(cal.info.target)}
     result = ValidationReport(out, ref.path if ref is not None else None, calibration, gates, tuple(checks),
-                              metrics, tuple(layers), kernel_result, artifact_files=validated_files)
+                              metrics, tuple(layers), kernel_result, artifact_files=validated_files,
+                              gate_source=gate_source)
     report_path = report if report is not None else out / REPORT_NAME
     result.write(report_path)
     return dataclasses.replace(result, report_path=report_path)

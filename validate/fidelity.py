@@ -12,7 +12,8 @@ from safetensors import safe_open
 
 from eagle3_quant.reading.draft import DraftCheckpoint
 from eagle3_quant.runtime.acceptance import Fidelity, calibration_fidelity
-from eagle3_quant.runtime.mx import dequantize_mxfp4
+from eagle3_quant.runtime.mx import dequantize_mx
+from eagle3_quant.runtime.mx_loading import mx_unpacked_shape
 
 __all__ = ["Fidelity", "calibration_fidelity", "sqnr_db", "weight_sqnr"]
 
@@ -39,11 +40,12 @@ def weight_sqnr(art: Fp8Artifact, reference: DraftCheckpoint) -> list[dict]:
         info = art.checkpoint.tensors[module + ".weight"]
         ref_info = reference.checkpoint.tensors.get(module + ".weight")
         packed = module in art.mx_modules
-        if ref_info is None or ref_info.shape != (info.shape[0], info.shape[1] * 2 if packed else info.shape[1]):
+        if ref_info is None or ref_info.shape != (mx_unpacked_shape(art.checkpoint.tensors, module) if packed
+                                                  else info.shape):
             continue
         if module in art.mx_modules:
-            dequantized = dequantize_mxfp4(_tensor(info), _tensor(art.checkpoint.tensors[module + ".weight_scale"]),
-                                           torch.float32)
+            dequantized = dequantize_mx(_tensor(info), _tensor(art.checkpoint.tensors[module + ".weight_scale"]),
+                                        art.mx_element, torch.float32)
         else:
             weight = _tensor(info).to(torch.float32)
             scale = _tensor(art.checkpoint.tensors[module + ".weight_scale"]).to(torch.float32)

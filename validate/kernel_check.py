@@ -10,6 +10,8 @@ they load): ``HIPBLASLT_LOG_LEVEL=2`` and ``ROCBLAS_LAYER=1`` on ROCm, ``CUBLASL
 more without logging for the timing. Evidence that hipBLASLt ran on ROCm: its matmul log lines, no rocBLAS GEMM
 trace, the profiler's kernel names and ``torch.backends.cuda.preferred_blas_library()``; ``Cijk_`` kernel names
 alone prove nothing (Tensile serves rocBLAS too). On a CPU only the numerics run; the GPU path is ``skipped``.
+An MX artifact takes validate/mx_kernel_probe.py instead: on gfx950 with AITER the native MXFP4 GEMM vLLM runs there
+against the dequantized reference (phase ``mx``); anywhere else ``skipped`` with the device and the reason.
 
 The ``kernel`` object of the report::
 
@@ -52,6 +54,10 @@ def probe(out: Path, device: str, phase: str) -> dict:
     result: dict = {"platform": platform.to_dict()}
     if phase in ("evidence", "numerics"):
         result["numerics"] = numerics(weights, platform)
+    if phase == "mx":
+        from eagle3_quant.validate.mx_kernel_probe import native_mxfp4_numerics
+
+        return {"platform": platform.to_dict(), "numerics": native_mxfp4_numerics(out, platform.device)}
     if phase == "evidence" and platform.kind != "cpu":
         result.update(profile_kernels(weights, platform))
         result["preferred_blas_library"] = str(torch.backends.cuda.preferred_blas_library())
@@ -109,13 +115,32 @@ def judge(kind: str, evidence: dict, kernel_counts: dict[str, int], numerics_ok:
     return "passed", f"FP8 GEMM kernels ran ({len(gemms)} distinct), backend {backend}", backend
 
 
-def _is_mx(out: Path) -> bool:
+def _mx_config(out: Path) -> dict | None:
+    """The Quark config of an MX artifact, None for any other."""
     try:
         qc = json.loads((out / "config.json").read_text()).get("quantization_config") or {}
     except (OSError, ValueError, AttributeError):
-        return False
+        return None
     weight = (qc.get("global_quant_config") or {}).get("weight") if isinstance(qc, dict) else None
-    return isinstance(weight, dict) and weight.get("dtype") == "fp4"
+    return qc if isinstance(weight, dict) and weight.get("dtype") in ("fp4", "fp6_e2m3", "fp6_e3m2") else None
+
+
+def run_mx_kernel_check(out: Path, platform, quant_config: dict) -> dict:
+    """The ``kernel`` object of an MX artifact: the native MX GEMM on gfx950 (validate/mx_kernel_probe.py), else
+    skipped with the reason."""
+    from eagle3_quant.validate.mx_kernel_probe import aiter_found, judge_mx_rows, mx_gemm_plan
+
+    base = {"device": platform.device, "platform": platform.to_dict(), "mx": True, "kernels": [], "timing": None,
+            "timing_skipped": "MX GEMM timing is not measured"}
+    plan = mx_gemm_plan(platform, quant_config, platform.kind == "rocm" and aiter_found())
+    if plan.gemm is None:
+        return {**base, "status": "skipped", "reason": plan.reason, "numerics": []}
+    with tempfile.TemporaryDirectory(prefix="eagle3-mx-kernel-") as tmp:
+        run = _child(out, platform.device, "mx", {}, Path(tmp))
+    if "error" in run:
+        return {**base, "status": "failed", "reason": run["error"], "backend": plan.gemm, "numerics": []}
+    status, reason = judge_mx_rows(run["numerics"])
+    return {**base, "status": status, "reason": reason, "backend": plan.gemm, "numerics": run["numerics"]}
 
 
 def run_kernel_check(out: str | Path, device: str | None = None) -> dict:
@@ -125,13 +150,9 @@ def run_kernel_check(out: str | Path, device: str | None = None) -> dict:
     out = Path(out).resolve()
     platform = detect_platform(device)
     base = {"device": platform.device, "platform": platform.to_dict()}
-    if _is_mx(out):
-        gfx950 = (platform.arch or "").startswith("gfx950")
-        where = "this is gfx950, but the MX GEMM probe is not written yet" if gfx950 \
-            else f"this is {platform.name} ({platform.arch or platform.kind}): native MX GEMMs need gfx950 (MI355X)"
-        return {**base, "status": "skipped", "reason": f"MXFP4 artifact: {where}; vllm_load ran vLLM's emulation "
-                "kernel instead", "kernels": [], "numerics": [], "timing": None,
-                "timing_skipped": "no MX GEMM run"}
+    mx_config = _mx_config(out)
+    if mx_config is not None:
+        return run_mx_kernel_check(out, platform, mx_config)
     if platform.kind == "cpu":
         result = probe(out, "cpu", "numerics")
         return {**base, "status": "skipped", "backend": "CPU reference (dequantize + matmul)",
@@ -180,7 +201,10 @@ def kernel_checks(kernel: dict) -> list[Check]:
     status = kernel.get("status", "skipped")
     path_check = {"passed": passed, "failed": failed}.get(status, skipped)
     checks.append(path_check("kernel_path", kernel.get("reason", ""), backend=kernel.get("backend")))
-    if platform.get("model") == "MI355X":
+    if kernel.get("mx"):
+        checks.append(skipped("mi355x_hipblaslt", "MX artifact: its GEMM is AITER's MX kernel or vLLM's emulation, "
+                                                  "not an FP8 hipBLASLt GEMM (kernel_path says which)"))
+    elif platform.get("model") == "MI355X":
         checks.append(path_check("mi355x_hipblaslt", kernel.get("reason", "")))
     else:
         checks.append(skipped("mi355x_hipblaslt", f"needs an MI355X (ROCm gfx950); this run's device is {where}"))
@@ -207,7 +231,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="check a synthetic draft of this shape, quantized here with eagle3-quant first")
     parser.add_argument("--device", default=None, help="cuda, cuda:1 or cpu (default: first GPU, else CPU)")
     parser.add_argument("--json", type=Path, default=None, help="write the result here")
-    parser.add_argument("--phase", choices=("evidence", "timing", "numerics"), default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--phase", choices=("evidence", "timing", "numerics", "mx"), default=None,
+                        help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.phase:
         result = probe(args.out, args.device or "cpu", args.phase)

@@ -35,7 +35,7 @@ class ValidateOptions:
     def __post_init__(self) -> None:
         object.__setattr__(self, "gates", Gates.from_value(self.gates))
         for name, value in self.gates.to_dict().items():
-            if not math.isfinite(value):
+            if value is not None and not math.isfinite(value):
                 raise OptionsError(f"gate {value!r} is not a finite number", field=name)
         for name in ("reference", "calib", "report"):
             value = getattr(self, name)
@@ -47,6 +47,7 @@ class ValidateOptions:
 
     @classmethod
     def gate_fields(cls) -> Mapping[str, str]:
-        return {"min_top1_agreement": "Gate: step-0 top-1 agreement FP8 vs BF16.",
-                "min_acceptance_ratio": "Gate: acceptance length FP8 / BF16.",
-                "min_weight_sqnr_db": "Gate: lowest per-layer weight SQNR in dB."}
+        default = " Default: the artifact's scheme's (FP8: {}; MX schemes: docs/mx.md)."
+        return {"min_top1_agreement": "Gate: step-0 top-1 agreement quantized vs BF16." + default.format(0.95),
+                "min_acceptance_ratio": "Gate: acceptance length quantized / BF16." + default.format(0.99),
+                "min_weight_sqnr_db": "Gate: lowest per-layer weight SQNR in dB." + default.format(25.0)}

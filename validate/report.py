@@ -15,6 +15,7 @@ from typing import Any, Literal
 from eagle3_quant.errors import OptionsError
 from eagle3_quant.records.manifest import library_versions
 from eagle3_quant.records.validation_report import REPORT_NAME, REPORT_VERSION, write_report
+from eagle3_quant.scheme_gates import GATE_NAMES, gates_for_scheme
 
 __all__ = ["REPORT_NAME", "REPORT_VERSION"]
 from eagle3_quant.records.public_names import public_name
@@ -25,17 +26,20 @@ Status = Literal["passed", "failed", "skipped"]
 
 @dataclass(frozen=True)
 class Gates:
-    """Thresholds that make validation fail (exit status 1)."""
+    """Thresholds that make validation fail (exit status 1). A gate left None takes the artifact's scheme default
+    (`eagle3_quant.scheme_gates`: FP8's 0.95 / 0.99 / 25 dB, lower top-1 and SQNR gates for MX); a set one wins."""
 
     # Acceptance is what serving speed depends on; top-1 is a coarser guard. Near-tied logits flip under any
     # rounding: the tiny pair's BF16 draft agrees with itself run in fp32 on only 98.8% of top-1 tokens, and its
-    # FP8 draft on 96.7% while keeping 100.2% of the acceptance length. So the top-1 gate is 0.95, not 0.98.
-    min_top1_agreement: float = 0.95
-    min_acceptance_ratio: float = 0.99
-    min_weight_sqnr_db: float = 25.0
+    # FP8 draft on 96.7% while keeping 100.2% of the acceptance length. So FP8's top-1 gate is 0.95, not 0.98.
+    min_top1_agreement: float | None = None
+    min_acceptance_ratio: float | None = None
+    min_weight_sqnr_db: float | None = None
 
     def __post_init__(self) -> None:
         for name, value in self.to_dict().items():
+            if value is None:
+                continue
             if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
                 raise OptionsError(f"gate {name} = {value!r} is not a finite number", field=name)
 
@@ -54,6 +58,14 @@ class Gates:
             raise OptionsError(f"unknown gate(s) {', '.join(unknown)}; valid gates: {', '.join(sorted(known))}",
                               field="gates")
         return cls(**dict(value))
+
+    def resolve(self, scheme: str | None) -> tuple[Gates, dict[str, str]]:
+        """(every gate a number, where each came from): a set gate as given, the others `scheme`'s defaults."""
+        defaults = gates_for_scheme(scheme)
+        values = {name: getattr(self, name) for name in GATE_NAMES}
+        source = {name: "set" if value is not None else f"default for {scheme or 'FP8 (scheme not recorded)'}"
+                  for name, value in values.items()}
+        return Gates(**{n: v if v is not None else getattr(defaults, n) for n, v in values.items()}), source
 
 
 @dataclass(frozen=True)
@@ -100,6 +112,7 @@ class ValidationReport:
     kernel: dict[str, Any]
     report_path: Path | None = None
     artifact_files: dict[str, str] = field(default_factory=dict)   # path -> sha256 of what was validated
+    gate_source: dict[str, str] = field(default_factory=dict)      # gate -> "set" or "default for SCHEME"
 
     @property
     def passed(self) -> bool:
@@ -125,6 +138,7 @@ class ValidationReport:
             "reference": public_name(self.reference),
             "calibration": self.calibration,
             "gates": self.gates.to_dict(),
+            "gate_source": dict(self.gate_source),
             "checks": [c.to_dict() for c in self.checks],
             "metrics": _clean(self.metrics),
             "layers": [_clean(layer) for layer in self.layers],

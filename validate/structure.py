@@ -24,7 +24,10 @@ from eagle3_quant.reading.formats import detect_format
 from eagle3_quant.reading.layout import DraftLayout, build_layout
 from eagle3_quant.reading.safetensors_header import FLOAT_DTYPES, FP8_DTYPES, TensorInfo
 from eagle3_quant.records.manifest import MANIFEST_NAME, Manifest
-from eagle3_quant.runtime.mx_loading import mx_modules
+from eagle3_quant.runtime.mx import ELEMENT_BITS, packed_width
+from eagle3_quant.runtime.mx_loading import mx_modules, mx_unpacked_shape, mx_weight_element
+
+MX_ELEMENT_DTYPES = tuple(ELEMENT_BITS)
 
 SCALE_SUFFIXES = ("weight_scale", "input_scale")
 ROWS_PER_CHUNK = 4096
@@ -40,13 +43,18 @@ class Fp8Artifact:
     raw_config: dict
     config: DraftConfig
     layout: DraftLayout
-    fp8_modules: tuple[str, ...]          # every quantized linear: FP8, or packed MXFP4 when `mx_modules` names it
+    fp8_modules: tuple[str, ...]          # every quantized linear: FP8, or packed MX when `mx_modules` names it
     mx_modules: tuple[str, ...] = ()
 
     @property
     def quant_config(self) -> dict:
         qc = self.raw_config.get("quantization_config")
         return qc if isinstance(qc, dict) else {}
+
+    @property
+    def mx_element(self) -> str:
+        """The MX element dtype the config declares for the weights ("fp4", "fp6_e2m3", "fp6_e3m2")."""
+        return mx_weight_element(self.raw_config, self.path)
 
     def role_of(self, module: str) -> str:
         return next(lin.role for lin in self.layout.linears if lin.module == module)
@@ -62,9 +70,9 @@ def read_artifact(out: Path) -> Fp8Artifact:
     scales = {f"{m}.{s}" for m in fp8 for s in SCALE_SUFFIXES}
     view = {n: dataclasses.replace(i, dtype="BF16") if i.dtype in FP8_DTYPES else i
             for n, i in checkpoint.tensors.items() if n not in scales}
-    for module in mx:      # packed MXFP4: two elements a byte
-        info = view[module + ".weight"]
-        view[module + ".weight"] = dataclasses.replace(info, dtype="BF16", shape=(info.shape[0], info.shape[1] * 2))
+    for module in mx:      # packed MX: the float width is 32 per E8M0 scale
+        view[module + ".weight"] = dataclasses.replace(view[module + ".weight"], dtype="BF16",
+                                                       shape=mx_unpacked_shape(checkpoint.tensors, module))
     fmt = detect_format(view, raw, str(out))
     float_raw = {k: v for k, v in raw.items() if k != "quantization_config"}
     config = parse_config(float_raw, fmt, out / "config.json")
@@ -189,7 +197,7 @@ def check_unchanged(art: Fp8Artifact, reference: DraftCheckpoint | None) -> Chec
         packed = name.removesuffix(".weight") in art.mx_modules and name.endswith(".weight")
         if source is None:
             problems.append(f"{name} is not in the reference")
-        elif packed and source.shape != (info.shape[0], info.shape[1] * 2):
+        elif packed and source.shape != mx_unpacked_shape(out, name.removesuffix(".weight")):
             problems.append(f"{name} has packed shape {list(info.shape)}, the reference {list(source.shape)}")
         elif packed:
             continue
@@ -212,15 +220,29 @@ def check_unchanged(art: Fp8Artifact, reference: DraftCheckpoint | None) -> Chec
                                      "reference" + pruning)
 
 
+def _mx_packing_problems(art: Fp8Artifact, element: str) -> list[str]:
+    """A packed MX weight whose bytes a row do not match the config's element (MXFP4 in/2, MXFP6 in*3/4)."""
+    tensors, problems = art.checkpoint.tensors, []
+    for module in art.mx_modules:
+        rows, cols = mx_unpacked_shape(tensors, module)
+        if tensors[module + ".weight"].shape[1] != packed_width(cols, element):
+            problems.append(f"{module}.weight has {tensors[module + '.weight'].shape[1]} bytes a row, {element} packs "
+                            f"{cols} inputs in {packed_width(cols, element)}")
+    return problems[:1]
+
+
 def _config_problems(art: Fp8Artifact, reference: DraftCheckpoint | None) -> list[str]:
     qc, problems = art.quant_config, []
     if not qc:
         return ["config.json has no quantization_config"]
     global_config = qc.get("global_quant_config") or {}
     weight, inputs = global_config.get("weight") or {}, global_config.get("input_tensors") or {}
-    expected = "fp4" if art.mx_modules else "fp8_e4m3"
-    if weight.get("dtype") != expected:
-        problems.append(f"global_quant_config.weight.dtype is {weight.get('dtype')!r}, expected {expected!r}")
+    expected = MX_ELEMENT_DTYPES if art.mx_modules else ("fp8_e4m3",)
+    if weight.get("dtype") not in expected:
+        problems.append(f"global_quant_config.weight.dtype is {weight.get('dtype')!r}, expected "
+                        f"{' or '.join(map(repr, expected))}")
+    elif art.mx_modules:
+        problems += _mx_packing_problems(art, weight["dtype"])
     dynamic = bool(inputs.get("is_dynamic"))
     static_modules = [m for m in art.fp8_modules if f"{m}.input_scale" in art.checkpoint.tensors]
     if dynamic and static_modules:

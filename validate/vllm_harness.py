@@ -131,10 +131,15 @@ MX_STAND_IN = ("MXFP4 linears: vLLM's own EmulationMxfp4LinearKernel (QuarkOCP_M
                "emulation path, as vLLM runs them without native MX GEMMs; their Quark dequantize / quantize-"
                "dequantize kernels (CUDA/HIP-only) replaced by the project's bit-exact torch E2M1/E8M0 math "
                "(eagle3_quant.runtime.mx), not the gfx950 MX GEMM")
+MXFP6_STAND_IN = ("MXFP6 linears: vLLM's own EmulationMxfp6LinearKernel (QuarkOCP_MX, the only MXFP6 kernel vLLM "
+                  "0.33 lists for ROCm), with Quark's own torch unpacking and dequantization (Pack_fp6, "
+                  "dequantize_fp4_fp6_per_group, fake_quantize_fp4_fp6_per_group_with_scale); only the CPU platform's "
+                  "empty MXFP6 kernel list is pointed at it; not the gfx950 MX GEMM")
 
 
 def _mx_emulation() -> None:
-    """Point the CPU platform at vLLM's MXFP4 emulation kernel, and Quark's GPU-only MX kernels at plain torch."""
+    """Point the CPU platform at vLLM's MXFP4 / MXFP6 emulation kernels (what ROCm lists without native MX GEMMs),
+    and Quark's GPU-only MXFP4 kernels at plain torch (MXFP6 runs Quark's own torch code unchanged)."""
     from quark.torch.kernel import mx as quark_mx
     from vllm.model_executor.kernels import linear
     from vllm.model_executor.kernels.linear.mxfp4.emulation import EmulationMxfp4LinearKernel
@@ -143,6 +148,7 @@ def _mx_emulation() -> None:
     from eagle3_quant.runtime import mx
 
     linear._POSSIBLE_MXFP4_KERNELS[PlatformEnum.CPU] = [EmulationMxfp4LinearKernel]
+    linear._POSSIBLE_MXFP6_KERNELS[PlatformEnum.CPU] = [linear.EmulationMxfp6LinearKernel]
     quark_mx.dq_mxfp4 = mx.dequantize_mxfp4
     quark_mx.qdq_mxfp4 = lambda x, scale_calculation_mode="even": mx.quant_dequant_mx(x, "fp4")
 

@@ -26,7 +26,7 @@ CHECK_NAME = "vllm_load"
 QUANTIZED_METHODS = ("QuarkLinearMethod",)
 MAX_RELATIVE_DLOGIT = 0.01     # max |dlogit| / max |logit| between vLLM's forward and the runtime
 MIN_TOP1 = 0.95
-MX_NOTE = "; MXFP4 GEMMs: vLLM's emulation kernels with torch E2M1/E8M0 math, not the gfx950 MX GEMM"
+MX_NOTE = "; MX GEMMs: vLLM's emulation kernels (dequantize + F.linear), not the gfx950 MX GEMM"
 
 
 @dataclass(frozen=True)

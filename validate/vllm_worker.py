@@ -138,7 +138,7 @@ def run(request: dict, artifact: Path) -> dict:
     started = time.perf_counter()
     cfg = json.loads((artifact / "config.json").read_text())
     weight = ((cfg.get("quantization_config") or {}).get("global_quant_config") or {}).get("weight") or {}
-    mx = isinstance(weight, dict) and weight.get("dtype") == "fp4"
+    mx = isinstance(weight, dict) and weight.get("dtype") in ("fp4", "fp6_e2m3", "fp6_e3m2")
     vllm_harness.apply_cpu_patches(mx_emulation=mx)
     import vllm
 
@@ -174,7 +174,8 @@ def run(request: dict, artifact: Path) -> dict:
             "vllm_decode_vs_prefill": forms.pop("vllm_decode_vs_prefill", None),
             "logits": forms["decode" if mla else "paged"], "logits_by_form": forms,
             "attention": vllm_harness.MLA_ATTENTION_STAND_IN if mla else vllm_harness.ATTENTION_STAND_IN,
-            **({"mx_kernel": vllm_harness.MX_STAND_IN} if mx else {}),
+            **({"mx_kernel": vllm_harness.MX_STAND_IN if weight.get("dtype") == "fp4" else vllm_harness.MXFP6_STAND_IN}
+               if mx else {}),
             "inputs": inputs,
             "embedding": "the draft's own" if own_embedding else "seeded random (vLLM shares the target's)",
             "lm_head": "the draft's own" if own_lm_head else "seeded random (vLLM shares the target's: "

@@ -11,7 +11,7 @@ from eagle3_quant.options import default_of as default
 from eagle3_quant.options import help_of
 from eagle3_quant.quantize.options import AUTO_SCHEME, ENGINES
 from eagle3_quant.quantize.options import QuantizeOptions as Q
-from eagle3_quant.schemes import SCHEMES
+from eagle3_quant.schemes import ELEMENT_DTYPES, SCHEMES
 
 SchemeName = Enum("SchemeName", {name: name for name in (*SCHEMES, AUTO_SCHEME)}, type=str)
 EngineName = Enum("EngineName", {name: name for name in ENGINES}, type=str)
@@ -64,7 +64,7 @@ def quantize_command(
     outputs = result.manifest.outputs
     console.print(f"wrote {result.output} in {result.seconds:.1f} s: {len(outputs)} files, "
                   f"{human_bytes(sum(o.size for o in outputs))}; "
-                  f"{len(result.plan.quantized)} linears {'MXFP4' if result.plan.scheme.mx else 'FP8'} "
+                  f"{len(result.plan.quantized)} linears {ELEMENT_DTYPES[result.plan.scheme.weight.dtype][0]} "
                   f"({result.plan.scheme.name}), "
                   f"{len(result.plan.excluded)} kept BF16; manifest {result.manifest_path.name}")
     pruning = result.manifest.vocab_pruning

@@ -24,10 +24,11 @@ def validate_command(
     report: Annotated[Path | None, typer.Option(help=help_of(V, "report"))] = default(V, "report"),
     target: Annotated[str | None, typer.Option(help=help_of(V, "target"))] = default(V, "target"),
     k: Annotated[int, typer.Option("--k", help=help_of(V, "k"))] = default(V, "k"),
-    min_top1: Annotated[float, typer.Option(help=GATE_HELP["min_top1_agreement"])] = GATE.min_top1_agreement,
-    min_acceptance_ratio: Annotated[float, typer.Option(help=GATE_HELP["min_acceptance_ratio"])]
+    min_top1: Annotated[float | None, typer.Option(help=GATE_HELP["min_top1_agreement"])] = GATE.min_top1_agreement,
+    min_acceptance_ratio: Annotated[float | None, typer.Option(help=GATE_HELP["min_acceptance_ratio"])]
     = GATE.min_acceptance_ratio,
-    min_sqnr_db: Annotated[float, typer.Option(help=GATE_HELP["min_weight_sqnr_db"])] = GATE.min_weight_sqnr_db,
+    min_sqnr_db: Annotated[float | None, typer.Option(help=GATE_HELP["min_weight_sqnr_db"])]
+    = GATE.min_weight_sqnr_db,
     device: Annotated[str | None, typer.Option(help=help_of(V, "device"))] = default(V, "device"),
     kernel: Annotated[bool, typer.Option("--kernel/--no-kernel", help=help_of(V, "kernel"))] = default(V, "kernel"),
     vllm: Annotated[bool, typer.Option("--vllm/--no-vllm", help=help_of(V, "vllm"))] = default(V, "vllm"),

@@ -19,6 +19,11 @@ def _fmt(value, digits: int = 4) -> str:
     return str(value)
 
 
+def gates_line(gates: dict, source: dict) -> str:
+    """"min_top1_agreement 0.9 (default for w_mxfp6_e2m3_a_mxfp6_e2m3), ..." - which gates applied and why."""
+    return ", ".join(f"{name} {value} ({source.get(name, 'set')})" for name, value in gates.items())
+
+
 def print_validation(report) -> None:
     table = Table(title=f"validation of {report.artifact}")
     for col in ("check", "status", "detail"):
@@ -26,6 +31,8 @@ def print_validation(report) -> None:
     for check in report.checks:
         table.add_row(check.name, STATUS_STYLE[check.status], check.detail)
     console.print(table)
+    if report.gate_source:
+        console.print("gates: " + gates_line(report.gates.to_dict(), report.gate_source))
     m = report.metrics
     if m.get("acceptance_length_bf16") is not None:
         metrics = Table(title=f"fidelity on calibration data (k={m.get('k')}, {m.get('drafts')} chains, "

@@ -4,7 +4,8 @@ Mirrors ``QuarkConfig._get_scheme_cls_from_config`` after the FP8 checks: ``_is_
 static symmetric per-tensor FP8 input -> ``QuarkW4A8_MXFP4_FP8``), then ``_is_w_ocp_mx_a_x`` (any OCP MX weight
 -> ``QuarkOCP_MX``). ``QuarkOCP_MX.__init__`` accepts only MX activation keys (mxfp4, mxfp6_e3m2, mxfp6_e2m3,
 mxfp8_e4m3, all dynamic) or none: a dynamic FP8 input is parsed (``kFp8DynamicTensorSym``) and then refused
-("Unsupported activation quant key"), and a static input other than the W4A8 one matches no class at all.
+("Unsupported activation quant key"), and a static input other than the W4A8 one matches no class at all. With
+MXFP6 weights the only kernel, ``EmulationMxfp6LinearKernel``, refuses MXFP8 inputs too.
 """
 
 from __future__ import annotations
@@ -41,8 +42,11 @@ def mx_scheme_choice(weight: Mapping[str, Any], inputs: Mapping[str, Any] | None
         return None, "OCP MX weights with static input scales match no vLLM Quark scheme (only MXFP4 weights " \
                      "with static symmetric per-tensor FP8 inputs do)"
     if inputs.get("dtype") == "fp8_e4m3" and inputs.get("qscheme") == "per_group" and \
-            inputs.get("group_size") == MX_BLOCK:
-        return "QuarkOCP_MX", None    # MXFP8 activations
+            inputs.get("group_size") == MX_BLOCK:     # MXFP8 activations
+        if str(weight.get("dtype")).startswith("fp6"):
+            return "QuarkOCP_MX", ("init_mxfp6_linear_kernel finds no kernel: EmulationMxfp6LinearKernel 'only "
+                                   "supports MXFP4 or MXFP6 or unquantized activations'")
+        return "QuarkOCP_MX", None
     if inputs.get("dtype") == "fp8_e4m3":
         return "QuarkOCP_MX", ("QuarkOCP_MX.__init__ raises 'Unsupported activation quant key' for dynamic FP8 "
                                "activations: use MX activations or static FP8 (w_mxfp4_a_fp8)")

@@ -12,6 +12,7 @@ Layout (``report_version`` 1), written by `eagle3-quant validate`::
       "reference": "SRC" | null,             # the BF16 draft it was compared with (folder name or Hub id)
       "calibration": {"path", "samples", "tokens", "target"} | null,   # names, not local paths
       "gates": {"min_top1_agreement": 0.95, "min_acceptance_ratio": 0.99, "min_weight_sqnr_db": 25.0},
+      "gate_source": {"min_top1_agreement": "set" | "default for SCHEME", ...},   # eagle3_quant/scheme_gates.py
       "checks": [{"name", "status": "passed" | "failed" | "skipped", "detail", ...}],   # vllm_load, sglang_load:
                                              # see validate/vllm_load.py, validate/sglang_load.py
       "metrics": {
@@ -70,6 +71,7 @@ class ValidationSummary:
     kernel: dict[str, Any] = field(default_factory=dict)
     target: str | None = None
     taps_notes: tuple[str, ...] = ()        # serving engines that feed other layers than the draft was trained on
+    gates: str = ""                         # the gates applied and where each came from, in words
 
     @property
     def passed(self) -> bool:
@@ -84,6 +86,14 @@ def _finite_numbers(raw: Any) -> dict[str, float]:
         return {}
     return {k: float(v) for k, v in raw.items()
             if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)}
+
+
+def _gates_text(gates: Any, source: Any) -> str:
+    """"min_top1_agreement >= 0.9 (default for SCHEME), ..." from the report; "" when it records no gates."""
+    values = _finite_numbers(gates)
+    source = source if isinstance(source, dict) else {}
+    return ", ".join(f"{name} >= {value:g}" + (f" ({source[name]})" if isinstance(source.get(name), str) else "")
+                     for name, value in values.items())
 
 
 def _checks(raw: Any) -> tuple[CheckLine, ...]:
@@ -129,7 +139,8 @@ def read_validation(out: str | Path, artifact: Mapping[str, str] | None = None) 
     metrics = data.get("metrics") if isinstance(data.get("metrics"), dict) else {}
     taps = metrics.get("taps") if isinstance(metrics.get("taps"), dict) else {}
     notes = tuple(str(n) for n in taps.get("notes") or () if isinstance(n, str))
-    common = dict(checks=checks, metrics=_finite_numbers(metrics), kernel=kernel, target=target, taps_notes=notes)
+    common = dict(checks=checks, metrics=_finite_numbers(metrics), kernel=kernel, target=target, taps_notes=notes,
+                  gates=_gates_text(data.get("gates"), data.get("gate_source")))
     if data.get("passed") is not True:
         failed = [c.name for c in checks if c.status == "failed"]
         why = f"failed checks: {', '.join(failed)}" if failed else f"'passed' is {data.get('passed')!r}"

@@ -19,7 +19,13 @@ from eagle3_quant.runtime.embedding import read_target_embedding, read_target_lm
 from eagle3_quant.runtime.fp8_linear import FP8_MODES, Fp8Linear, harmonize_fused, to_fnuz
 from eagle3_quant.runtime.model import Eagle3Draft
 from eagle3_quant.runtime.mx_linear import MxLinear, harmonize_fused_mx
-from eagle3_quant.runtime.mx_loading import has_input_scale, mx_input_kind, mx_modules
+from eagle3_quant.runtime.mx_loading import (
+    has_input_scale,
+    mx_input_kind,
+    mx_modules,
+    mx_unpacked_shape,
+    mx_weight_element,
+)
 from eagle3_quant.runtime.spec import resolve_spec
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
@@ -60,8 +66,8 @@ def _float_view(tensors: dict[str, TensorInfo], fp8: dict[str, bool], mx: dict[s
         module, _, suffix = name.rpartition(".")
         if (module in fp8 or module in mx) and suffix in ("weight_scale", "input_scale"):
             continue
-        if module in mx and suffix == "weight":     # packed MXFP4: two elements a byte
-            info = dataclasses.replace(info, dtype="BF16", shape=(info.shape[0], info.shape[1] * 2))
+        if module in mx and suffix == "weight":     # packed MX: the float width is 32 per E8M0 scale
+            info = dataclasses.replace(info, dtype="BF16", shape=mx_unpacked_shape(tensors, module))
         view[name] = dataclasses.replace(info, dtype="BF16") if info.dtype == "F8_E4M3" else info
     return view
 
@@ -88,7 +94,8 @@ def _read_tensors(checkpoint: Checkpoint, names: set[str]) -> dict[str, torch.Te
 
 
 def _place_fp8(draft: Eagle3Draft, state: dict[str, torch.Tensor], fp8: dict[str, bool], mode: str,
-               dtype: torch.dtype, mx: dict[str, bool] | None = None, mx_input: str = "none") -> None:
+               dtype: torch.dtype, mx: dict[str, bool] | None = None, mx_input: str = "none",
+               mx_element: str = "fp4") -> None:
     mx = mx or {}
     for module in mx:
         parent_name, _, child = module.rpartition(".")
@@ -96,7 +103,7 @@ def _place_fp8(draft: Eagle3Draft, state: dict[str, torch.Tensor], fp8: dict[str
         bias = state.pop(module + ".bias", None)
         layer = MxLinear(state.pop(module + ".weight"), state.pop(module + ".weight_scale"),
                          "fp8_static" if mx[module] else mx_input, state.pop(module + ".input_scale", None),
-                         bias.to(dtype) if bias is not None else None)
+                         bias.to(dtype) if bias is not None else None, mx_element)
         setattr(parent, child, layer)
     for module in fp8:
         parent_name, _, child = module.rpartition(".")
@@ -160,6 +167,7 @@ def load_draft(path: str | Path, device: str | torch.device | None = None, dtype
     fp8 = _fp8_modules(checkpoint.tensors, where)
     mx = mx_modules(checkpoint.tensors, where)
     mx_input = mx_input_kind(raw, mx, where)
+    mx_element = mx_weight_element(raw, where) if mx else "fp4"
     _check_static_config(cfg, fp8, where)
     float_cfg = dataclasses.replace(cfg, raw={k: v for k, v in raw.items() if k != "quantization_config"})
     layout = build_layout(fmt, float_cfg, _float_view(checkpoint.tensors, fp8, mx), str(where))
@@ -186,7 +194,7 @@ def load_draft(path: str | Path, device: str | torch.device | None = None, dtype
         t2d = torch.zeros(cfg.vocab_size, dtype=torch.bool)
         t2d[torch.arange(cfg.draft_vocab_size) + state["d2t"]] = True
         state["t2d"] = t2d
-    _place_fp8(draft, state, fp8, fp8_mode, dtype, mx, mx_input)
+    _place_fp8(draft, state, fp8, fp8_mode, dtype, mx, mx_input, mx_element)
     state = {n: t.to(dtype) if t.is_floating_point() else t for n, t in state.items()}
     missing = sorted(set(draft.state_dict()) - set(state) - {n for n in draft.state_dict() if n.startswith(
         tuple((*fp8, *mx)))})

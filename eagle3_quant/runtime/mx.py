@@ -1,9 +1,14 @@
-"""OCP microscaling (MX) math in plain torch: E2M1 (MXFP4) elements with E8M0 scales, one per 32 inputs.
+"""OCP microscaling (MX) math in plain torch: E2M1 (MXFP4) or E2M3/E3M2 (MXFP6) elements with E8M0 scales, one
+per 32 inputs.
 
 Quark's and vLLM's MX kernels (``quark.torch.kernel.mx.dq_mxfp4`` / ``qdq_mxfp4``) are CUDA/HIP-only; these
 functions stand in on any device and are bit-exact to the format:
 - a packed weight is uint8 ``[out, in / 2]``, element ``2j`` in the low nibble of byte ``j`` (Quark's
   ``Pack_mxfp4``), each nibble sign | 2 exponent bits | 1 mantissa bit: 0, 0.5, 1, 1.5, 2, 3, 4, 6;
+- a packed MXFP6 weight is uint8 ``[out, in * 3 / 4]``: four 6-bit codes ``v0..v3`` in three bytes, the
+  24-bit little-endian word ``v0 | v1 << 6 | v2 << 12 | v3 << 18`` (Quark's ``Pack_fp6``, the layout of the
+  gfx950 ``mfma_scale_f32_16x16x128_f8f6f4`` instruction, what vLLM's ``dequant_mxfp6`` unpacks); each code sign |
+  exponent | mantissa, exponent bias 1 (E2M3, largest 7.5) or 3 (E3M2, largest 28), subnormals at exponent 0;
 - an E8M0 scale byte ``s`` is ``2 ** (s - 127)`` (255 is NaN);
 - a dynamic activation is quantized per block of 32 with Quark's "even" scale (``even_round``: the block's
   max |x| rounded on its two leading mantissa bits, floor(log2), minus the element's emax), elements rounded
@@ -18,6 +23,35 @@ MX_BLOCK = 32
 E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
 # element dtype -> (exponent bits, mantissa bits, emax, largest value)
 MX_ELEMENTS = {"fp4": (2, 1, 2, 6.0), "fp6_e2m3": (2, 3, 2, 7.5), "fp6_e3m2": (3, 2, 4, 28.0)}
+ELEMENT_BITS = {"fp4": 4, "fp6_e2m3": 6, "fp6_e3m2": 6}
+
+
+def unpacked_width(packed_cols: int, element: str) -> int:
+    """Elements per row of a packed weight with `packed_cols` bytes per row."""
+    return packed_cols * 8 // ELEMENT_BITS[element]
+
+
+def packed_width(cols: int, element: str) -> int:
+    """Bytes per row of `cols` packed elements (MXFP4: cols / 2, MXFP6: cols * 3 / 4)."""
+    return cols * ELEMENT_BITS[element] // 8
+
+
+def element_bits_of(packed_cols: int, scale_cols: int) -> int | None:
+    """4 or 6 when a packed U8 row of `packed_cols` bytes with `scale_cols` E8M0 scales is MXFP4 or MXFP6."""
+    elements = scale_cols * MX_BLOCK
+    bits = packed_cols * 8 // elements if elements else 0
+    return bits if bits in (4, 6) and packed_cols * 8 == bits * elements else None
+
+
+def element_table(element: str, device: torch.device | str | None = None) -> torch.Tensor:
+    """Every code of an MX element format as float32, in code order (the upper half: the negatives)."""
+    ebits, mbits, _, _ = MX_ELEMENTS[element]
+    bias = 2 ** (ebits - 1) - 1
+    codes = torch.arange(2 ** (ebits + mbits), dtype=torch.float32)
+    exponent, mantissa = torch.div(codes, 2 ** mbits, rounding_mode="floor"), codes % 2 ** mbits
+    half = torch.where(exponent == 0, mantissa / 2 ** mbits * 2.0 ** (1 - bias),
+                       (1 + mantissa / 2 ** mbits) * torch.exp2(exponent - bias))
+    return torch.cat([half, -half]).to(device)
 
 
 def e2m1_table(device: torch.device | str | None = None) -> torch.Tensor:
@@ -41,16 +75,48 @@ def e8m0_to_float(scale: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def dequantize_mxfp4(packed: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
-    """Packed E2M1 ``[out, in / 2]`` with E8M0 ``[out, in / 32]`` -> ``[out, in]`` in `dtype` (vLLM's
-    ``dequant_mxfp4(weight, weight_scale, dtype)``: exact in bf16, every product being a small power-of-two
-    multiple)."""
-    values = unpack_e2m1(packed)
+def unpack_fp6_codes(packed: torch.Tensor) -> torch.Tensor:
+    """uint8 ``[..., 3n]`` -> the 6-bit codes ``[..., 4n]`` (Quark's ``Pack_fp6`` layout)."""
+    if packed.shape[-1] % 3:
+        raise ValueError(f"packed MXFP6 rows hold 3 bytes per 4 elements, got {packed.shape[-1]} bytes")
+    triples = packed.reshape(*packed.shape[:-1], -1, 3).to(torch.int32)
+    word = triples[..., 0] | triples[..., 1] << 8 | triples[..., 2] << 16
+    codes = torch.stack([(word >> shift) & 0x3F for shift in (0, 6, 12, 18)], dim=-1)
+    return codes.reshape(*packed.shape[:-1], -1)
+
+
+def pack_fp6_codes(codes: torch.Tensor) -> torch.Tensor:
+    """The 6-bit codes ``[..., 4n]`` -> uint8 ``[..., 3n]`` (inverse of `unpack_fp6_codes`)."""
+    quads = codes.to(torch.int32).reshape(*codes.shape[:-1], -1, 4)
+    word = quads[..., 0] | quads[..., 1] << 6 | quads[..., 2] << 12 | quads[..., 3] << 18
+    triples = torch.stack([(word >> shift) & 0xFF for shift in (0, 8, 16)], dim=-1)
+    return triples.reshape(*codes.shape[:-1], -1).to(torch.uint8)
+
+
+def unpack_elements(packed: torch.Tensor, element: str) -> torch.Tensor:
+    """A packed MX weight -> its elements as float32 (before the scales)."""
+    if element == "fp4":
+        return unpack_e2m1(packed)
+    return element_table(element, packed.device)[unpack_fp6_codes(packed).long()]
+
+
+def dequantize_mx(packed: torch.Tensor, scale: torch.Tensor, element: str,
+                  dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+    """Packed MXFP4 or MXFP6 ``[out, packed]`` with E8M0 ``[out, in / 32]`` -> ``[out, in]`` in `dtype` (vLLM's
+    ``dequant_mxfp4`` / ``dequant_mxfp6``: exact in bf16, every product being a small power-of-two multiple)."""
+    values = unpack_elements(packed, element)
     rows, cols = values.shape[-2:]
     if scale.shape[-1] * MX_BLOCK != cols:
         raise ValueError(f"{scale.shape[-1]} scales per row for {cols} elements (one per {MX_BLOCK})")
     scaled = values.reshape(*values.shape[:-1], -1, MX_BLOCK) * e8m0_to_float(scale).unsqueeze(-1)
     return scaled.reshape(*values.shape[:-2], rows, cols).to(dtype)
+
+
+def dequantize_mxfp4(packed: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+    """Packed E2M1 ``[out, in / 2]`` with E8M0 ``[out, in / 32]`` -> ``[out, in]`` in `dtype` (vLLM's
+    ``dequant_mxfp4(weight, weight_scale, dtype)``: exact in bf16, every product being a small power-of-two
+    multiple)."""
+    return dequantize_mx(packed, scale, "fp4", dtype)
 
 
 def even_scale(amax: torch.Tensor, element: str = "fp4") -> torch.Tensor:
@@ -82,17 +148,28 @@ def quant_dequant_mx(x: torch.Tensor, element: str = "fp4") -> torch.Tensor:
     return (round_to_element(blocks / scale, element) * scale).reshape(shape).to(x.dtype)
 
 
-def quantize_mxfp4(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """A float weight ``[out, in]`` -> (packed E2M1 uint8 ``[out, in / 2]``, E8M0 uint8 ``[out, in / 32]``), with
-    Quark's "even" scales and round-half-even elements (what ``OCP_MXFP4Spec`` writes)."""
+def quantize_mx(weight: torch.Tensor, element: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """A float weight ``[out, in]`` -> (packed uint8 ``[out, packed_width(in)]``, E8M0 uint8 ``[out, in / 32]``),
+    with Quark's "even" scales and round-half-even elements (what ``OCP_MXFP4Spec`` / ``OCP_MXFP6E2M3Spec`` /
+    ``OCP_MXFP6E3M2Spec`` write)."""
     rows, cols = weight.shape
     if cols % MX_BLOCK:
-        raise ValueError(f"MXFP4 weights need a multiple of {MX_BLOCK} inputs, got {cols}")
+        raise ValueError(f"MX weights need a multiple of {MX_BLOCK} inputs, got {cols}")
     blocks = weight.to(torch.float32).reshape(rows, cols // MX_BLOCK, MX_BLOCK)
-    scale = even_scale(blocks.abs().amax(dim=-1, keepdim=True))
-    values = round_to_element(blocks / scale).reshape(rows, cols)
-    codes = torch.bucketize(values.abs(), torch.tensor(E2M1_VALUES, device=weight.device)).to(torch.uint8)
-    codes = codes | (torch.signbit(values) & (values != 0)).to(torch.uint8) << 3
-    packed = codes[:, 0::2] | (codes[:, 1::2] << 4)
+    scale = even_scale(blocks.abs().amax(dim=-1, keepdim=True), element)
+    values = round_to_element(blocks / scale, element).reshape(rows, cols)
+    table = element_table(element, weight.device)
+    half = len(table) // 2
+    codes = torch.bucketize(values.abs(), table[:half]).to(torch.int32)
+    codes = codes | (torch.signbit(values) & (values != 0)).to(torch.int32) * half
+    if element == "fp4":
+        packed = (codes[:, 0::2] | (codes[:, 1::2] << 4)).to(torch.uint8)
+    else:
+        packed = pack_fp6_codes(codes)
     exponent = torch.log2(scale.squeeze(-1)).to(torch.int32) + 127
     return packed, exponent.to(torch.uint8)
+
+
+def quantize_mxfp4(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`quantize_mx` with E2M1 elements (MXFP4)."""
+    return quantize_mx(weight, "fp4")

@@ -1,7 +1,7 @@
-"""An MXFP4-weight linear running vLLM's emulation math (``EmulationMxfp4LinearKernel``,
-``QuarkW4A8_MXFP4_FP8._apply_emulation``): weights dequantized to the input's dtype, activations quantized and
-dequantized (dynamic MXFP4, or static per-tensor FP8 with the checkpoint's ``input_scale``, or none), then
-``F.linear`` in the input's dtype."""
+"""An MX-weight linear (MXFP4 or MXFP6) running vLLM's emulation math (``EmulationMxfp4LinearKernel``,
+``EmulationMxfp6LinearKernel``, ``QuarkW4A8_MXFP4_FP8._apply_emulation``): weights dequantized to the input's
+dtype, activations quantized and dequantized (dynamic MXFP4 / MXFP6, or static per-tensor FP8 with the
+checkpoint's ``input_scale``, or none), then ``F.linear`` in the input's dtype."""
 
 from __future__ import annotations
 
@@ -11,21 +11,24 @@ from torch import nn
 from eagle3_quant.errors import Fp8LayoutError
 from eagle3_quant.runtime import fp8, mx
 
-MX_INPUTS = ("mxfp4", "fp8_static", "none")
+MX_INPUTS = ("mxfp4", "mxfp6_e2m3", "mxfp6_e3m2", "fp8_static", "none")
+MX_INPUT_ELEMENTS = {"mxfp4": "fp4", "mxfp6_e2m3": "fp6_e2m3", "mxfp6_e3m2": "fp6_e3m2"}
 
 
 class MxLinear(nn.Module):
     def __init__(self, weight: torch.Tensor, weight_scale: torch.Tensor, input_kind: str,
-                 input_scale: torch.Tensor | None = None, bias: torch.Tensor | None = None) -> None:
+                 input_scale: torch.Tensor | None = None, bias: torch.Tensor | None = None,
+                 element: str = "fp4") -> None:
         super().__init__()
-        if weight.dtype != torch.uint8 or weight.dim() != 2:
-            raise Fp8LayoutError(f"MXFP4 weight must be packed uint8 [out, in/2], got {weight.dtype} "
-                                 f"{list(weight.shape)}", field="weight")
-        if weight_scale.dtype != torch.uint8 or tuple(weight_scale.shape) != (
-                weight.shape[0], weight.shape[1] * 2 // mx.MX_BLOCK):
-            raise Fp8LayoutError(f"weight_scale must be E8M0 uint8 [{weight.shape[0]}, "
-                                 f"{weight.shape[1] * 2 // mx.MX_BLOCK}], got {weight_scale.dtype} "
-                                 f"{list(weight_scale.shape)}", field="weight_scale")
+        if element not in mx.ELEMENT_BITS:
+            raise ValueError(f"element must be one of {', '.join(mx.ELEMENT_BITS)}, got {element!r}")
+        if weight.dtype != torch.uint8 or weight.dim() != 2 or weight.shape[1] * 8 % mx.ELEMENT_BITS[element]:
+            raise Fp8LayoutError(f"{element} MX weight must be packed uint8 [out, in*{mx.ELEMENT_BITS[element]}/8], "
+                                 f"got {weight.dtype} {list(weight.shape)}", field="weight")
+        groups = mx.unpacked_width(weight.shape[1], element) // mx.MX_BLOCK
+        if weight_scale.dtype != torch.uint8 or tuple(weight_scale.shape) != (weight.shape[0], groups):
+            raise Fp8LayoutError(f"weight_scale must be E8M0 uint8 [{weight.shape[0]}, {groups}], got "
+                                 f"{weight_scale.dtype} {list(weight_scale.shape)}", field="weight_scale")
         if input_kind not in MX_INPUTS:
             raise ValueError(f"input_kind must be one of {', '.join(MX_INPUTS)}, got {input_kind!r}")
         if (input_kind == "fp8_static") != (input_scale is not None):
@@ -38,24 +41,25 @@ class MxLinear(nn.Module):
                              else input_scale.to(torch.float32).reshape(1))
         self.register_buffer("bias", bias)
         self.input_kind = input_kind
+        self.element = element
 
     @property
     def in_features(self) -> int:
-        return self.weight.shape[1] * 2
+        return mx.unpacked_width(self.weight.shape[1], self.element)
 
     @property
     def out_features(self) -> int:
         return self.weight.shape[0]
 
     def extra_repr(self) -> str:
-        return f"{self.in_features} -> {self.out_features}, weight MXFP4, input {self.input_kind}"
+        return f"{self.in_features} -> {self.out_features}, weight {self.element} MX, input {self.input_kind}"
 
     def dequantized_weight(self, dtype: torch.dtype) -> torch.Tensor:
-        return mx.dequantize_mxfp4(self.weight, self.weight_scale, dtype)
+        return mx.dequantize_mx(self.weight, self.weight_scale, self.element, dtype)
 
     def quant_dequant_input(self, x: torch.Tensor) -> torch.Tensor:
-        if self.input_kind == "mxfp4":
-            return mx.quant_dequant_mx(x, "fp4")
+        if self.input_kind in MX_INPUT_ELEMENTS:
+            return mx.quant_dequant_mx(x, MX_INPUT_ELEMENTS[self.input_kind])
         if self.input_kind == "fp8_static":
             q = (x / self.input_scale).clamp(-fp8.FP8_MAX, fp8.FP8_MAX).to(fp8.FP8_DTYPE)
             return (q.to(x.dtype) * self.input_scale).to(x.dtype)

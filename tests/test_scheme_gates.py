@@ -1,0 +1,82 @@
+"""validate's default gates follow the artifact's scheme (eagle3_quant/scheme_gates.py); set gates win; the report
+and the card say which applied."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from eagle3_quant.validate.gate_choice import artifact_scheme
+from eagle3_quant.validate.report import Gates, ValidationReport
+
+from eagle3_quant.errors import SchemeError
+from eagle3_quant.records.validation_report import read_validation
+from eagle3_quant.scheme_gates import FP8_GATES, MXFP4_GATES, SCHEME_GATES, gates_for_scheme
+from eagle3_quant.schemes import SCHEMES
+
+
+def test_every_registered_scheme_has_gates_and_fp8_keeps_the_historical_ones():
+    assert set(SCHEME_GATES) == set(SCHEMES)
+    assert FP8_GATES.to_dict() == {"min_top1_agreement": 0.95, "min_acceptance_ratio": 0.99,
+                                   "min_weight_sqnr_db": 25.0}
+    assert gates_for_scheme(None) is FP8_GATES and gates_for_scheme("w_mxfp4_a_fp8") is MXFP4_GATES
+    assert MXFP4_GATES.to_dict() == {"min_top1_agreement": 0.85, "min_acceptance_ratio": 0.98,
+                                     "min_weight_sqnr_db": 15.0}
+    for name, gates in SCHEME_GATES.items():     # MX gates are never stricter than FP8's
+        assert all(getattr(gates, g) <= getattr(FP8_GATES, g) for g in FP8_GATES.to_dict()), name
+    with pytest.raises(SchemeError, match="no default gates for scheme 'int4'"):
+        gates_for_scheme("int4")
+
+
+def test_unset_gates_take_the_scheme_default_and_set_ones_win():
+    resolved, source = Gates(min_top1_agreement=0.5).resolve("w_mxfp4_a_mxfp4")
+    assert resolved == Gates(0.5, 0.98, 15.0)
+    assert source == {"min_top1_agreement": "set", "min_acceptance_ratio": "default for w_mxfp4_a_mxfp4",
+                      "min_weight_sqnr_db": "default for w_mxfp4_a_mxfp4"}
+    resolved, source = Gates().resolve(None)
+    assert resolved == Gates(0.95, 0.99, 25.0) and source["min_weight_sqnr_db"] == "default for FP8 (scheme not " \
+                                                                                   "recorded)"
+    # an explicit value equal to FP8's still wins over an MX default
+    assert Gates(min_weight_sqnr_db=25.0).resolve("w_mxfp4_a_fp8")[0].min_weight_sqnr_db == 25.0
+
+
+def _mx_config(weight: str, inputs: str, dynamic: bool) -> dict:
+    return {"global_quant_config": {"weight": {"dtype": weight}, "input_tensors": {"dtype": inputs,
+                                                                                   "is_dynamic": dynamic}}}
+
+
+def test_the_artifact_scheme_comes_from_the_manifest_else_the_config(tmp_path):
+    assert artifact_scheme(tmp_path, _mx_config("fp6_e3m2", "fp6_e3m2", True)) == "w_mxfp6_e3m2_a_mxfp6_e3m2"
+    assert artifact_scheme(tmp_path, _mx_config("fp4", "fp8_e4m3", False)) == "w_mxfp4_a_fp8"
+    assert artifact_scheme(tmp_path, _mx_config("fp8_e4m3", "fp8_e4m3", True)) is None      # FP8: FP8's gates
+    (tmp_path / "eagle3_quant.json").write_text(json.dumps({"scheme": {"name": "w_mxfp4_a_mxfp4"}}))
+    assert artifact_scheme(tmp_path, {}) == "w_mxfp4_a_mxfp4"
+
+
+def test_the_report_and_the_card_say_which_gates_applied(tmp_path):
+    from eagle3_quant.export.card import _metric_rows
+
+    gates, source = Gates(min_acceptance_ratio=0.97).resolve("w_mxfp6_e2m3_a_mxfp6_e2m3")
+    report = ValidationReport(tmp_path, None, None, gates, (), {}, (), {"status": "skipped"}, gate_source=source)
+    data = json.loads(report.write(tmp_path / "validation.json").read_text())
+    assert data["gates"]["min_acceptance_ratio"] == 0.97 and data["gate_source"]["min_acceptance_ratio"] == "set"
+    assert data["gate_source"]["min_top1_agreement"] == "default for w_mxfp6_e2m3_a_mxfp6_e2m3"
+    summary = read_validation(tmp_path)
+    assert "min_acceptance_ratio >= 0.97 (set)" in summary.gates
+    assert "min_weight_sqnr_db >= 25 (default for w_mxfp6_e2m3_a_mxfp6_e2m3)" in summary.gates
+    assert ("validation gates", summary.gates) in _metric_rows(summary)
+
+
+def test_cli_gate_flags_default_to_the_scheme(monkeypatch, tmp_path):
+    from eagle3_quant.cli import main
+
+    seen = {}
+
+    def fake_validate(out, options):
+        seen["gates"] = options.gates
+        raise SystemExit(0)
+
+    monkeypatch.setattr("eagle3_quant.validate.api.validate_draft", fake_validate)
+    with pytest.raises(SystemExit):
+        main(["validate", str(tmp_path), "--min-top1", "0.8"])
+    assert seen["gates"] == Gates(min_top1_agreement=0.8)

@@ -1,0 +1,33 @@
+"""Which scheme's default gates apply to an artifact: the scheme its manifest names, else the one its Quark
+config describes (an MX artifact without a manifest), else FP8's."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from eagle3_quant.records.manifest import MANIFEST_NAME
+from eagle3_quant.schemes import SCHEMES
+
+
+def _from_config(quant_config: dict) -> str | None:
+    """The registered MX scheme whose weight and input element dtypes the config declares; None for FP8 and
+    anything else (they take FP8's gates)."""
+    global_config = quant_config.get("global_quant_config") or {}
+    weight, inputs = global_config.get("weight") or {}, global_config.get("input_tensors") or {}
+    for scheme in SCHEMES.values():
+        if scheme.mx and (scheme.weight.dtype, scheme.input.dtype, scheme.input.dynamic) == (
+                weight.get("dtype"), inputs.get("dtype"), bool(inputs.get("is_dynamic"))):
+            return scheme.name
+    return None
+
+
+def artifact_scheme(out: Path, quant_config: dict) -> str | None:
+    """The registered scheme OUT was made with (manifest first), or None when neither source names one."""
+    try:
+        name = json.loads((out / MANIFEST_NAME).read_text())["scheme"]["name"]
+    except (OSError, ValueError, KeyError, TypeError):
+        name = None
+    if isinstance(name, str) and name in SCHEMES:
+        return name
+    return _from_config(quant_config)
