@@ -11,7 +11,8 @@ the engines' own code (docs/families.md, "What the engines serve"):
   which raises ``Eagle3 MLA layer requires q_lora_rank``); a speculators config has no ``model_type`` and its
   config loader raises; its targets capture exactly the aux layer ids (``set_eagle3_layers_to_capture``:
   ``layers_to_capture = [id + 1 ...]``), never the final layer.
-- Both: a target without aux layer ids captures its three default layers ([2, L//2, L-3]).
+- Both: a target without aux layer ids captures its three default layers ([2, L//2, L-3]: vLLM's
+  ``get_eagle3_default_aux_hidden_state_layers``, SGLang's ``set_eagle3_layers_to_capture(None)``).
 """
 
 from __future__ import annotations
