@@ -6,11 +6,12 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from eagle3_quant.engines.draft_support import engine_refusals
 from eagle3_quant.engines.vllm_names import exclude_pattern
 from eagle3_quant.reading.config import DraftConfig
 from eagle3_quant.reading.draft import DraftCheckpoint
 from eagle3_quant.reading.hub_headers import read_draft_headers
-from eagle3_quant.schemes import DEFAULT_SCHEME, get_scheme
+from eagle3_quant.schemes import DEFAULT_SCHEME, ENGINES, get_scheme
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,7 @@ class DraftInspection:
     linears: list[LinearRow]
     vllm_exclude: list[str]
     estimated_output_bytes: int
+    engines: dict[str, str | None]  # engine -> None when it serves the draft, else the one-line reason it refuses
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -110,4 +112,10 @@ def inspect_draft(src: str | Path, scheme: str = DEFAULT_SCHEME, exclude: Sequen
         estimated_output_bytes=estimate_output_bytes(
             draft, {d.module for d in plan.quantized}, static_input=not plan.scheme.input.dynamic,
             mx_bits=plan.scheme.weight.element_bits if plan.scheme.mx else None),
+        engines=_engines(draft),
     )
+
+
+def _engines(draft: DraftCheckpoint) -> dict[str, str | None]:
+    refusals = engine_refusals(draft.config, draft.format)
+    return {engine: next((r.line() for r in refusals if r.engine == engine), None) for engine in ENGINES}

@@ -16,6 +16,7 @@ from eagle3_quant.quantize.side_files import copy_side_files
 from eagle3_quant.quantize.source_guard import check_source_unchanged, identities
 from eagle3_quant.quantize.verify_export import verify_export
 
+from eagle3_quant.engines.draft_support import check_draft_engines
 from eagle3_quant.engines.loader_compat import LoaderCheck, check_loader_compat, loader_family
 from eagle3_quant.errors import LoaderCompatError, SchemeError
 from eagle3_quant.inspection import estimate_output_bytes
@@ -36,7 +37,7 @@ from eagle3_quant.records.manifest import (
     write_manifest,
 )
 from eagle3_quant.records.public_names import public_name, write_local_record
-from eagle3_quant.schemes import get_scheme
+from eagle3_quant.schemes import get_scheme, serving_engines
 from eagle3_quant.util.hashing import FileDigest, digest_folder
 from eagle3_quant.util.outdir import check_output_target, claimed_output, staged_output
 from eagle3_quant.util.stage_timer import StageTimer
@@ -111,7 +112,7 @@ def _quantize_auto(src: str | Path, out: str | Path, opts: QuantizeOptions) -> Q
 
     from eagle3_quant.lm_head_support import check_quantize_lm_head
 
-    draft = read_draft(src, opts.revision)
+    draft = _read_served(src, opts)
     if opts.quantize_lm_head:
         check_quantize_lm_head(draft.config.architecture)
     check_output_target(Path(out), draft.path, opts.force)
@@ -135,7 +136,7 @@ def _quantize_pruned(src: str | Path, out: str | Path, opts: QuantizeOptions,
 
     from eagle3_quant.lm_head_support import check_quantize_lm_head
 
-    draft = read_draft(src, opts.revision)
+    draft = _read_served(src, opts)
     if opts.quantize_lm_head:
         check_quantize_lm_head(draft.config.architecture)
     if opts.allow_pickle and pickle_only(draft.path):
@@ -152,12 +153,19 @@ def _quantize_smoothed(src: str | Path, out: str | Path, opts: QuantizeOptions) 
     from eagle3_quant.quantize.calibration import CALIBRATION_STEPS
     from eagle3_quant.quantize.smooth import smoothed
 
-    draft = read_draft(src, opts.revision)
+    draft = _read_served(src, opts)
     out = check_output_target(Path(out), draft.path, opts.force)
     roles = {d.role for d in make_plan(draft, get_scheme(opts.scheme), opts.exclude, opts.quantize_fc).quantized}
     with smoothed(draft, opts.calib, opts.smooth_alpha, roles, out, CALIBRATION_STEPS) as (folder, record):
         return _quantize(folder, out, replace(opts, revision=None), origin=draft.source,
                          smoothing=record.to_dict())
+
+
+def _read_served(src: str | Path, opts: QuantizeOptions):
+    """The draft, refused in one line when an engine --engine names cannot serve its format."""
+    draft = read_draft(src, opts.revision)
+    check_draft_engines(draft.config, draft.format, serving_engines(opts.engine), draft.path / "config.json")
+    return draft
 
 
 def _check_resources(draft, out: Path, plan: QuantPlan, in_memory: bool) -> None:
@@ -175,7 +183,7 @@ def _quantize(src: str | Path, out: str | Path, opts: QuantizeOptions, origin: D
     exclude, quantize_fc, calib, auto_exclude = opts.exclude, opts.quantize_fc, opts.calib, opts.auto_exclude
     timer = StageTimer()
     with timer.stage("read headers"):
-        draft = read_draft(src, opts.revision)
+        draft = _read_served(src, opts)
         scanned_identities = identities((origin or draft.source).path, draft)   # before any tensor is read
         out = check_output_target(Path(out), draft.path, opts.force)
         plan = make_plan(draft, chosen, exclude, quantize_fc)

@@ -45,8 +45,9 @@ class QuantizeOptions:
         0.99, "--scheme auto: the gate, acceptance length candidate / BF16 draft on --calib (point ratio, in (0, 1]; "
               "its 95% interval is recorded beside it).")
     engine: str = option("both", "The serving engines the artifact must load in (both, vllm, sglang): a scheme "
-                                 "one of them cannot load is refused before any work; with --scheme auto, vllm "
-                                 "alone also tries fc in FP8 (SGLang drops fc's FP8 scale).")
+                                 "one of them cannot load, or a draft format one of them cannot serve (e.g. a "
+                                 "Qwen3-class draft in SGLang), is refused before any work; with --scheme auto, "
+                                 "vllm alone also tries fc in FP8 (SGLang drops fc's FP8 scale).")
 
     def __post_init__(self) -> None:
         if isinstance(self.exclude, str) or self.exclude is None:

@@ -51,7 +51,9 @@ def quantized_tiny(tmp_path_factory) -> Callable[..., tuple[Path, Path]]:
         if key not in cache:
             root = tmp_path_factory.mktemp(f"q-{fmt.value}-{shards}")
             src = write_synthetic_draft(root / "src", "tiny", fmt, shards=shards)
-            quantize_draft(src, root / "out", device="cpu")
+            # SGLang 0.5.23 serves only the SpecForge format of these (engines/draft_support.py)
+            engine = "both" if fmt is DraftFormat.SPECFORGE else "vllm"
+            quantize_draft(src, root / "out", device="cpu", engine=engine)
             cache[key] = (src, root / "out")
         return cache[key]
 

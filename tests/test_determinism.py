@@ -37,8 +37,8 @@ def comparable(manifest: dict) -> dict:
 def test_two_runs_are_byte_identical(tmp_path, fmt, shards):
     first_src = write_synthetic_draft(tmp_path / "a", "tiny", fmt, shards=shards)
     second_src = copy_in_reverse_order(first_src, tmp_path / "b")
-    first = quantize_draft(first_src, tmp_path / "out-a", device="cpu").output
-    second = quantize_draft(second_src, tmp_path / "out-b", device="cpu").output
+    first = quantize_draft(first_src, tmp_path / "out-a", device="cpu", engine="vllm").output
+    second = quantize_draft(second_src, tmp_path / "out-b", device="cpu", engine="vllm").output
     names = sorted(os.listdir(first))
     assert names == sorted(os.listdir(second))
     for name in names:

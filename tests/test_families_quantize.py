@@ -20,13 +20,14 @@ from fixtures.synthetic import write_synthetic_draft
 pytestmark = pytest.mark.slow
 
 
-@pytest.mark.parametrize(("shape", "exclude"), [
-    ("tiny-qwen3", ()), ("tiny-mla", ()), ("tiny-mla", ("kv_b_proj",)), ("tiny-mla-no-qlora", ("mlp",)),
-    ("tiny-minimax-m3", ())])
-def test_quark_quantizes_exactly_the_planned_linears(tmp_path, shape, exclude):
+# SGLang 0.5.23 has no Qwen3 Eagle3 class and never feeds the final layer (engines/draft_support.py)
+@pytest.mark.parametrize(("shape", "exclude", "engine"), [
+    ("tiny-qwen3", (), "vllm"), ("tiny-mla", (), "both"), ("tiny-mla", ("kv_b_proj",), "both"),
+    ("tiny-minimax-m3", (), "vllm")])
+def test_quark_quantizes_exactly_the_planned_linears(tmp_path, shape, exclude, engine):
     src = write_synthetic_draft(tmp_path / "src", shape)
     plan = make_plan(read_draft(src), get_scheme("ptpc_fp8"), exclude)
-    result = quantize_draft(src, tmp_path / "out", device="cpu", exclude=list(exclude))
+    result = quantize_draft(src, tmp_path / "out", device="cpu", exclude=list(exclude), engine=engine)
     assert result.loader_check.ok
     before, after = load_tensors(src), load_tensors(tmp_path / "out")
     planned = {d.module for d in plan.quantized}
@@ -46,7 +47,7 @@ def test_family_artifact_validates(tmp_path, shape):
     from eagle3_quant.validate.api import validate_draft
 
     src = write_synthetic_draft(tmp_path / "src", shape)
-    quantize_draft(src, tmp_path / "out", device="cpu")
+    quantize_draft(src, tmp_path / "out", device="cpu", engine="vllm" if shape == "tiny-qwen3" else "both")
     report = validate_draft(tmp_path / "out", reference=str(src), device="cpu")
     status = {c.name: c.status for c in report.checks}
     assert report.passed and status["loader_compat"] == "passed" and status["weight_sqnr"] == "passed", status

@@ -36,7 +36,7 @@ def static_run(tmp_path_factory):
             target = write_target(root / "target")
             cal = write_calibration(root / "cal", target)
             before = folder_hashes(src)
-            result = quantize_draft(src, root / "out", scheme="fp8", calib=cal, device="cpu")
+            result = quantize_draft(src, root / "out", scheme="fp8", calib=cal, device="cpu", engine="vllm")
             assert folder_hashes(src) == before
             cache[fmt] = (src, target, cal, result)
         return cache[fmt]

@@ -47,7 +47,8 @@ def build_variant(root: Path, name: str) -> Path:
     kwargs = dict(kwargs)
     if kwargs.pop("calib", False):
         kwargs["calib"] = calibration_set(root)
-    quantize_draft(src, root / name, device="cpu", **kwargs)
+    # vLLM artifacts: SGLang 0.5.23 serves no speculators or original EAGLE draft (engines/draft_support.py)
+    quantize_draft(src, root / name, device="cpu", engine="vllm", **kwargs)
     return root / name
 
 

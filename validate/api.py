@@ -73,7 +73,7 @@ def _shared_lm_head(art: Fp8Artifact, calib: CalibrationSet, target: str | Path 
     from eagle3_quant.runtime.embedding import read_target_lm_head
 
     return read_target_lm_head(_target_source(calib, target, "the draft shares the target's lm_head",
-                                              "local folder"))
+                                              "folder or Hub id"))
 
 
 def _fidelity(art: Fp8Artifact, reference: DraftCheckpoint | None, calib: CalibrationSet | None,

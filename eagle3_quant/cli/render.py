@@ -31,6 +31,8 @@ def print_inspection(report) -> None:
         ("scheme", f"{report.scheme}: {report.scheme_summary}"),
         ("estimated output", human_bytes(report.estimated_output_bytes)),
         ("vLLM exclude", ", ".join(report.vllm_exclude)),
+        *((f"served by {engine}", "yes" if why is None else f"[red]no[/]: {why}")
+          for engine, why in report.engines.items()),
     ]
     for key, value in rows:
         summary.add_row(f"[bold]{key}[/]", value)

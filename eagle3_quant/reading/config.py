@@ -128,6 +128,7 @@ def parse_config(raw: Mapping[str, Any], fmt: DraftFormat, path: Path) -> DraftC
 
 
 MAX_AUX = 16
+INDEXER_KEYS = ("index_topk", "index_n_heads", "index_head_dim")     # DeepSeek V3.2's lightning indexer
 
 
 def _num_aux(raw: Mapping[str, Any], family: DraftFamily, ids: list | None, path: Path) -> int:
@@ -148,9 +149,11 @@ def _num_aux(raw: Mapping[str, Any], family: DraftFamily, ids: list | None, path
 
 
 def _mla_dims(read: _Reader, path: Path) -> MlaDims:
-    if read.data.get("index_topk") is not None:
-        raise UnsupportedSourceError("MLA drafts with a sparse-attention indexer (index_topk, DeepSeek V3.2) "
-                                     "are not supported", path=path, field="index_topk")
+    indexer_key = next((k for k in INDEXER_KEYS if read.data.get(k) is not None), None)
+    if indexer_key is not None:
+        raise UnsupportedSourceError("MLA drafts with a sparse-attention indexer (DeepSeek V3.2) are not supported: "
+                                     "no Eagle3 class of vLLM 0.33 or SGLang 0.5.23 builds one", path=path,
+                                     field=read.prefix + indexer_key)
     q_lora = read.data.get("q_lora_rank")
     return MlaDims(
         q_lora_rank=None if q_lora is None else read.int("q_lora_rank", MAX_DIM),

@@ -124,6 +124,14 @@ def family_norms(fmt: DraftFormat, cfg: DraftConfig) -> dict[str, int]:
     return {}
 
 
+def _refuse_indexer(extra: tuple[str, ...], where: str) -> None:
+    """A DeepSeek V3.2 sparse-attention indexer (``self_attn.indexer.*``) that no Eagle3 class builds."""
+    indexer = next((n for n in extra if ".indexer." in n), None)
+    if indexer is not None:
+        raise UnsupportedSourceError("a sparse-attention indexer (DeepSeek V3.2) is not supported: no Eagle3 class "
+                                     "of vLLM 0.33 or SGLang 0.5.23 builds one", path=where, tensor=indexer)
+
+
 def build_layout(fmt: DraftFormat, cfg: DraftConfig, tensors: dict[str, TensorInfo], where: str) -> DraftLayout:
     """Check every expected tensor against the config; classify the rest."""
     _refuse_quantized(tensors, cfg, where)
@@ -166,6 +174,7 @@ def build_layout(fmt: DraftFormat, cfg: DraftConfig, tensors: dict[str, TensorIn
             parts[name] = part
             present.append(name)
     extra = tuple(sorted(set(tensors) - set(parts)))
+    _refuse_indexer(extra, where)
     parts.update({name: Part.EXTRA for name in extra})
     return DraftLayout(fmt, linears, parts, tuple(present), extra, shared_lm_head)
 

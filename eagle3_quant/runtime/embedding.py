@@ -68,20 +68,54 @@ def _fetch_embedding_shard(repo_id: str, revision: str | None) -> tuple[Path, st
                                hint="pass the target's local folder") from exc
 
 
-def read_target_lm_head(target: str | Path) -> torch.Tensor:
-    """The [V, H] ``lm_head.weight`` of a local target folder, or its embedding when the head is tied
-    (``tie_word_embeddings``); reads one tensor, not the model."""
+def read_target_lm_head(target: str | Path, revision: str | None = None) -> torch.Tensor:
+    """The [V, H] ``lm_head.weight`` of a target, or its embedding when the head is tied
+    (``tie_word_embeddings``): a local folder (reads one tensor, not the model) or a Hub id (the shard index,
+    then HTTP range requests for the one shard's header and the tensor's bytes: no shard downloaded)."""
     folder = Path(target).expanduser()
-    if not folder.is_dir():
-        raise DraftFormatError("no such folder (the target's lm_head is read from a local folder)", path=target)
+    if folder.is_dir():
+        return _local_lm_head(folder)
+    if not is_repo_id(str(target)):
+        raise DraftFormatError("no such folder, and not a Hub repo id (ORG/NAME)", path=target)
+    return _hub_lm_head(str(target), revision)
+
+
+def _tied(config: dict | None) -> bool:
+    return isinstance(config, dict) and config.get("tie_word_embeddings") is True
+
+
+def _lm_head_name(names: list[str]) -> str | None:
+    return next((n for n in LM_HEAD_PREFERRED if n in names), None)
+
+
+def _local_lm_head(folder: Path) -> torch.Tensor:
     checkpoint = read_checkpoint(folder)
-    name = next((n for n in LM_HEAD_PREFERRED if n in checkpoint.tensors), None)
+    name = _lm_head_name(list(checkpoint.tensors))
     if name is None:
         config = folder / "config.json"
-        tied = config.is_file() and json.loads(config.read_text()).get("tie_word_embeddings") is True
-        if not tied:
-            raise DraftFormatError("no lm_head.weight in the target checkpoint, and its config does not tie it to "
-                                   "the embedding", path=folder, tensor="lm_head.weight")
+        if not _tied(json.loads(config.read_text()) if config.is_file() else None):
+            raise DraftFormatError(NO_LM_HEAD, path=folder, tensor="lm_head.weight")
         name = _pick(list(checkpoint.tensors), folder)
     with safe_open(str(checkpoint.tensors[name].file), framework="pt") as fh:
         return fh.get_tensor(name)
+
+
+NO_LM_HEAD = "no lm_head.weight in the target checkpoint, and its config does not tie it to the embedding"
+
+
+def _hub_lm_head(repo_id: str, revision: str | None) -> torch.Tensor:
+    from eagle3_quant.reading.hub_tensor import read_hub_json, read_hub_tensor
+
+    found = read_hub_tensor(repo_id, _lm_head_name, revision)
+    if found is None:
+        if not _tied(read_hub_json(repo_id, "config.json", revision)):
+            raise DraftFormatError(NO_LM_HEAD, path=repo_id, tensor="lm_head.weight")
+        found = read_hub_tensor(repo_id, lambda names: _pick(names, Path(repo_id)), revision)
+    info = found.info
+    if info.dtype not in TORCH_DTYPES:
+        raise DraftFormatError(f"dtype {info.dtype} is not a float lm_head", path=f"{repo_id}/{info.file}",
+                               tensor=info.name)
+    return torch.frombuffer(bytearray(found.data), dtype=TORCH_DTYPES[info.dtype]).reshape(info.shape)
+
+
+TORCH_DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}

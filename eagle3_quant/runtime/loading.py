@@ -154,8 +154,8 @@ def load_draft(path: str | Path, device: str | torch.device | None = None, dtype
     """Load a draft folder (or Hub id) in any of the three formats, float or FP8 (weight + weight_scale,
     optional input_scale). `dtype` defaults to the config's torch_dtype; `embedding` (a [V, H] tensor or
     the target's folder / Hub id) supplies the token embedding when the checkpoint has none; `lm_head` (a
-    [V, H] tensor or the target's local folder) the output projection of a draft that shares the target's,
-    as vLLM does for an Eagle3 draft without ``lm_head.weight``."""
+    [V, H] tensor or the target's folder / Hub id, read by range requests) the output projection of a draft
+    that shares the target's, as vLLM does for an Eagle3 draft without ``lm_head.weight``."""
     if fp8_mode not in FP8_MODES:
         raise ValueError(f"fp8_mode must be one of {', '.join(FP8_MODES)}, got {fp8_mode!r}")
     source = resolve_source(path, revision)

@@ -252,3 +252,24 @@ def write_file(folder: Path, name: str, text: str) -> Path:
     return folder
 
 
+
+
+def family_draft(shape: str, change: Callable[[dict], None] | None = None, fmt: DraftFormat = DraftFormat.SPECFORGE,
+                 **tensors) -> Callable[[Path], Path]:
+    """A synthetic draft of another family or aux layout (fixtures/synthetic.py SHAPES), config and tensors edited."""
+    def build(root: Path) -> Path:
+        from fixtures.synthetic import write_synthetic_draft
+
+        src = write_synthetic_draft(root / "src", shape, fmt)
+        if change is not None:
+            edit_config(src, change)
+        if tensors:
+            set_tensors(src / SINGLE, **tensors)
+        return src
+    return build
+
+
+def no_aux_layer_ids(config: dict) -> None:
+    config.pop("eagle_config", None)
+    config.pop("eagle_aux_hidden_state_layer_ids", None)
+    config["num_aux_hidden_states"] = 2
