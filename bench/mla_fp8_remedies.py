@@ -1,7 +1,8 @@
 """Remedies for the tiny MLA draft's FP8 acceptance loss (docs/families.md, issue 12), each a real artifact:
 `quantize_draft` (real Quark) then `validate_draft`'s paired acceptance ratio with its 95% interval, on the
 calibration set of tests/tiny_pair_fixtures.py (the target's greedy continuations of the first 128 held-out
-prompts, 48 new tokens: ~6.6K chains of k = 3). The smoothing scales are measured on the same set.
+prompts, 48 new tokens: ~6.6K chains of k = 3). The smoothing scales are measured on the same set; GPTQ's Hessians
+on the other 128 held-out prompts (tests/tiny_pair_fixtures.py's holdout_calib).
 
     .venv/bin/python -m bench.mla_fp8_remedies WORKDIR [--only LABEL ...] [--json results.json]
 """
@@ -22,6 +23,7 @@ RUNS = (
     ("ptpc_fp8 --smooth-alpha 0.5", {"smooth_alpha": 0.5}),
     ("ptpc_fp8 --smooth-alpha 0.75", {"smooth_alpha": 0.75}),
     ("ptpc_fp8 --smooth-alpha 0.25", {"smooth_alpha": 0.25}),
+    ("ptpc_fp8 --gptq (Hessians on prompts 128-255)", {"gptq": True}),
     ("ptpc_fp8 --exclude gate_up_proj", {"exclude": ("gate_up_proj",)}),
     ("ptpc_fp8 --exclude mlp", {"exclude": ("mlp",)}),
     ("fp8 (static per-tensor, calibrated)", {"scheme": "fp8"}),
@@ -29,14 +31,15 @@ RUNS = (
 )
 
 
-def measure(label: str, options: dict, calib: Path, workdir: Path) -> dict:
+def measure(label: str, options: dict, calib: Path, workdir: Path, other: Path | None = None) -> dict:
     from eagle3_quant.validate.api import validate_draft
 
     from eagle3_quant import quantize_draft
 
     started = time.perf_counter()
     out = workdir / label.split(" (")[0].replace(" ", "_").replace("--", "")
-    result = quantize_draft(MLA_DRAFT, out, calib=calib, device="cpu", force=True, **options)
+    learn_from = other if options.get("gptq") and other is not None else calib
+    result = quantize_draft(MLA_DRAFT, out, calib=learn_from, device="cpu", force=True, **options)
     report = validate_draft(out, reference=MLA_DRAFT, calib=calib, kernel=False, vllm=False, sglang=False)
     m = report.metrics
     return {"options": {k: list(v) if isinstance(v, tuple) else v for k, v in options.items()},
@@ -91,11 +94,12 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     args.workdir.mkdir(parents=True, exist_ok=True)
     calib = calibration(args.workdir)
+    other = calibration(args.workdir, "calib-other", first=128)
     results = {}
     for label, options in RUNS:
         if args.only and label not in args.only:
             continue
-        results[label] = measure(label, options, calib, args.workdir)
+        results[label] = measure(label, options, calib, args.workdir, other)
         print(label, json.dumps(results[label]), flush=True)
         if args.json:
             args.json.write_text(json.dumps(results, indent=2) + "\n")

@@ -35,8 +35,9 @@ RUNS = (
 SENSITIVITY_SCHEMES = ("w_mxfp4_a_mxfp4", "w_mxfp4_a_fp8", "w_mxfp6_e2m3_a_mxfp6_e2m3", "w_mxfp6_e3m2_a_mxfp6_e3m2")
 
 
-def calibration(workdir: Path) -> Path:
-    calib = workdir / "calib"
+def calibration(workdir: Path, name: str = "calib", first: int = 0) -> Path:
+    """The target's greedy continuations of CALIB_PROMPTS held-out prompts from `first` (the tests' set: 0)."""
+    calib = workdir / name
     if calib.exists():
         return calib
     sys.path.insert(0, str(PAIR.parent.parent.parent / "fixtures"))
@@ -46,7 +47,7 @@ def calibration(workdir: Path) -> Path:
 
     target = LlamaForCausalLM.from_pretrained(PAIR / "target", dtype=torch.float32).eval()
     prompts = load_file(PAIR / "heldout_prompts.safetensors")["prompts"].long()
-    samples = tiny_capture.greedy_samples(target, prompts[:CALIB_PROMPTS], NEW_TOKENS)
+    samples = tiny_capture.greedy_samples(target, prompts[first:first + CALIB_PROMPTS], NEW_TOKENS)
     return tiny_capture.write_calibration(samples, calib, str(PAIR / "target"))
 
 

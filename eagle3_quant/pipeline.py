@@ -126,6 +126,8 @@ def _existing_output_problem(spec: PipelineSpec) -> str | None:
     smoothed_with = (manifest.smoothing or {}).get("alpha")
     if smoothed_with != spec.quantize.smooth_alpha:
         return f"smooth_alpha was {smoothed_with}"
+    if (manifest.gptq is not None) != spec.quantize.gptq:
+        return f"gptq was {'on' if manifest.gptq is not None else 'off'}"
     auto_kept = {d.module for d in manifest.layers if d.reason.startswith("auto-exclude")}
     if any(recorded.get(d.module) != d.quantize for d in plan.decisions if d.module not in auto_kept):
         return "the exclusions changed"

@@ -167,6 +167,9 @@ def _check(spec: PipelineSpec, file: str | None) -> PipelineSpec:
     if spec.quantize.smooth_alpha is not None and not has_calib:
         raise PipelineSpecError("smooth_alpha measures each input channel on calibration data: set calibrate.data",
                                 path=file, field="quantize.smooth_alpha")
+    if spec.quantize.gptq and not has_calib:
+        raise PipelineSpecError("gptq takes each linear's input Hessian from calibration data: set calibrate.data "
+                                "or calibrate.from_dump", path=file, field="quantize.gptq")
     if spec.calibrate.engine not in ENGINES:
         raise PipelineSpecError(f"{spec.calibrate.engine!r} is not one of {', '.join(ENGINES)}", path=file,
                                 field="calibrate.engine")
@@ -220,7 +223,8 @@ def import_options(spec: PipelineSpec, **runtime: Any) -> ImportOptions:
 def quantize_options(spec: PipelineSpec, **runtime: Any) -> QuantizeOptions:
     """The quantize stage's options; `calib` is the workdir's set when the scheme or auto_exclude needs one."""
     needs_calib = (_needs_calibration(spec.scheme) or spec.quantize.auto_exclude is not None
-                   or spec.quantize.draft_vocab is not None or spec.quantize.smooth_alpha is not None)
+                   or spec.quantize.draft_vocab is not None or spec.quantize.smooth_alpha is not None
+                   or spec.quantize.gptq)
     return QuantizeOptions(**section_values(spec.quantize), scheme=spec.scheme, revision=spec.revision,
                            calib=spec.calib if needs_calib else None, **runtime)
 

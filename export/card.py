@@ -94,7 +94,7 @@ def _headline(validation: ValidationSummary) -> str:
 
 
 def _reproduce(source: SourceRecord, scheme: str, layers: list[LayerRecord], repo_id: str,
-               pruned_to: int | None = None) -> list[str]:
+               pruned_to: int | None = None, gptq: bool = False) -> list[str]:
     src = source.repo_id or public_name(source.path) or "SRC"
     revision = f" --revision {source.commit}" if source.repo_id and source.commit else ""
     flags = [f" --exclude {d.module}" for d in layers if not d.quantized and d.role not in DEFAULT_ROLES_KEPT]
@@ -103,17 +103,26 @@ def _reproduce(source: SourceRecord, scheme: str, layers: list[LayerRecord], rep
     calib = " --calib CAL" if SCHEMES.get(scheme) and SCHEMES[scheme].needs_calibration else ""
     if pruned_to is not None:
         flags.append(f" --draft-vocab {pruned_to}" + ("" if calib else " --calib CAL"))
+    if gptq:
+        flags.append(" --gptq" + ("" if calib or pruned_to is not None else " --calib CAL"))
     return [f"eagle3-quant quantize {src} OUT --scheme {scheme}{revision}{calib}{''.join(flags)}",
             f"eagle3-quant validate OUT --reference {src}{calib or (' --calib CAL' if pruned_to else '')}",
             f"eagle3-quant push OUT --repo-id {repo_id}"]
 
 
 def _calibration_text(manifest: Manifest) -> str:
-    calib = manifest.calibration
+    calib, gptq = manifest.calibration, manifest.gptq
     if calib and calib.get("samples"):
-        return (f"{calib['samples']} samples, {calib.get('tokens', '?')} draft positions over "
+        text = (f"{calib['samples']} samples, {calib.get('tokens', '?')} draft positions over "
                 f"{calib.get('steps', '?')} draft steps (static input scales)")
-    return "none: no data needed (weight scales from the weights, activation scales per token at run time)"
+    elif gptq:
+        text = "no activation scales (per token at run time)"
+    else:
+        return "none: no data needed (weight scales from the weights, activation scales per token at run time)"
+    if gptq:
+        text += (f"; GPTQ rounding (Quark's) of the FP8 weights on {gptq.get('samples', '?')} samples, "
+                 f"{gptq.get('positions', '?')} draft positions x {gptq.get('steps', '?')} draft steps")
+    return text
 
 
 def _sglang_check(validation: ValidationSummary):
@@ -173,7 +182,8 @@ def build_card(out: str | Path, repo_id: str | None = None, *, target: str | Non
         checks=validation.checks, pipeline=pipeline, sglang=_sglang_check(validation),
         vllm_taps_notes=[n for n in validation.taps_notes if n.startswith("vllm ")],
         sglang_taps_notes=[n for n in validation.taps_notes if n.startswith("sglang ")],
-        reproduce=_reproduce(source, scheme.name, layers, repo_id, (manifest.vocab_pruning or {}).get("draft_vocab")),
+        reproduce=_reproduce(source, scheme.name, layers, repo_id, (manifest.vocab_pruning or {}).get("draft_vocab"),
+                             manifest.gptq is not None),
         recorded_command=_recorded_command(manifest.command), device=manifest.device,
         outputs=manifest.outputs, inputs=manifest.inputs, calibration_text=_calibration_text(manifest),
     )

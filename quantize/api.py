@@ -187,7 +187,7 @@ def _quantize(src: str | Path, out: str | Path, opts: QuantizeOptions, origin: D
         scanned_identities = identities((origin or draft.source).path, draft)   # before any tensor is read
         out = check_output_target(Path(out), draft.path, opts.force)
         plan = make_plan(draft, chosen, exclude, quantize_fc)
-        in_memory = chosen.needs_calibration or auto_exclude is not None   # the whole draft held at once
+        in_memory = chosen.needs_calibration or opts.gptq or auto_exclude is not None   # the whole draft at once
         _check_resources(draft, out, plan, in_memory)
         check_vocab_map(draft)
     quark_import = import_quark_in_background(opts.verbose)   # overlaps the source scan below
@@ -210,12 +210,14 @@ def _quantize(src: str | Path, out: str | Path, opts: QuantizeOptions, origin: D
     with staged_output(out, draft.path, opts.force) as staging:
         with timer.stage("import quark.torch (wait)"):
             timer.seconds["import quark.torch (background)"] = quark_import.result()[1]
-        calibration = None
+        calibration = gptq = None
         with timer.stage("quark"):
-            if chosen.needs_calibration:
-                from eagle3_quant.quantize.static import run_static_fp8
+            if chosen.needs_calibration or opts.gptq:
+                from eagle3_quant.quantize.quark_memory import run_in_memory
 
-                calibration = run_static_fp8(draft, plan, calib, staging, device, opts.verbose).to_dict()
+                made = run_in_memory(draft, plan, calib, staging, device, opts.verbose, gptq=opts.gptq)
+                calibration = made.calibration.to_dict() if made.calibration is not None else None
+                gptq = made.gptq.to_dict() if made.gptq is not None else None
             else:
                 from eagle3_quant.quantize.quark_file import run_file_to_file
 
@@ -236,8 +238,7 @@ def _quantize(src: str | Path, out: str | Path, opts: QuantizeOptions, origin: D
         with timer.stage("manifest"):
             body = _manifest(draft, source, origin, plan, config, device, calibration, sensitivity, vocab_pruning,
                              inputs, smoothing)
-            if auto_choice is not None:
-                body = replace(body, auto_choice=auto_choice)
+            body = replace(body, auto_choice=auto_choice, gptq=gptq)
             manifest = write_manifest(staging, body, verified.files)
             write_local_record(staging, source.path)   # hidden, never published: validate's default reference
     return QuantizeResult(out, manifest, plan, loader, time.perf_counter() - started, timer.seconds)

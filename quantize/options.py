@@ -38,6 +38,9 @@ class QuantizeOptions:
         None, "SmoothQuant scale migration before quantizing (needs --calib): per input channel s = amax(x)^alpha "
               "/ amax(w)^(1-alpha), a power of two, folded exactly into the preceding norms / linears (0.5 is "
               "SmoothQuant's usual value). The artifact loads as any other.")
+    gptq: bool = option(False, "Round the FP8 weights with Quark's GPTQ on the inputs the draft sees in --calib "
+                               "(its own rollout, every draft step): each weight's FP8 code compensates the error "
+                               "of the ones before it. Same scales, bytes and config; needs --calib, FP8 schemes.")
     quantize_lm_head: bool = option(False, "Refused: no engine loads a quantized Eagle3 lm_head (the error says "
                                            "why).", pipeline=False)
     verbose: bool = option(False, "Show the libraries' own log (Quark).", pipeline=False)
@@ -76,6 +79,8 @@ class QuantizeOptions:
                               field="calib")
         if self.smooth_alpha is not None:
             self._check_smooth(chosen)
+        if self.gptq:
+            self._check_gptq(chosen)
         if self.auto_exclude is not None and self.calib is None:
             raise SchemeError("--auto-exclude measures layer sensitivity on calibration data: give --calib CAL",
                               field="calib")
@@ -93,6 +98,14 @@ class QuantizeOptions:
             raise SchemeError(f"--smooth-alpha is for FP8 schemes of a safetensors draft: drop {what}",
                               field="smooth_alpha")
 
+    def _check_gptq(self, chosen) -> None:
+        if self.calib is None:
+            raise SchemeError("--gptq takes each linear's input Hessian from calibration data: give --calib CAL "
+                              "(made by `eagle3-quant calibrate`)", field="calib")
+        if chosen.mx:
+            raise SchemeError(f"--gptq rounds FP8 E4M3 weights; {chosen.name} has MX weights (Quark's GPTQ would "
+                              "change their shared E8M0 scales): use ptpc_fp8 or fp8", field="gptq")
+
     def _check_auto(self) -> None:
         if self.calib is None:
             raise SchemeError("--scheme auto measures each candidate's acceptance on calibration data: give "
@@ -100,11 +113,13 @@ class QuantizeOptions:
         decided = [name for name, value in (("quantize_fc", self.quantize_fc), ("draft_vocab", self.draft_vocab),
                                             ("auto_exclude", self.auto_exclude),
                                             ("allow_pickle", self.allow_pickle),
-                                            ("smooth_alpha", self.smooth_alpha)) if value not in (None, False)]
+                                            ("smooth_alpha", self.smooth_alpha), ("gptq", self.gptq))
+                   if value not in (None, False)]
         if decided:
-            raise SchemeError(f"--scheme auto chooses fc's precision and the vocabulary itself and reads safetensors "
-                              f"drafts only: drop --{decided[0].replace('_', '-')} (--engine vllm lets it try fc "
-                              "in FP8)", field=decided[0])
+            flag = decided[0].replace("_", "-")
+            raise SchemeError(f"--scheme auto chooses fc's precision and the vocabulary itself, measures "
+                              f"round-to-nearest weights and reads safetensors drafts only: drop --{flag} "
+                              "(--engine vllm lets it try fc in FP8)", field=decided[0])
 
 
 @dataclass(frozen=True)

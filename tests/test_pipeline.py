@@ -53,6 +53,7 @@ def test_example_pipeline_is_valid_and_names_the_kimi_draft():
     ({"quantize": {"auto_exclude": 0.02}}, "field 'quantize.auto_exclude': auto_exclude measures sensitivity"),
     ({"quantize": {"draft_vocab": 32000}}, "field 'quantize.draft_vocab': draft_vocab ranks the target's own"),
     ({"quantize": {"smooth_alpha": 0.5}}, "field 'quantize.smooth_alpha': smooth_alpha measures each input channel"),
+    ({"quantize": {"gptq": True}}, "field 'quantize.gptq': gptq takes each linear's input Hessian"),
     ({"quantize": {"draft_vocab": "32K"}}, "field 'quantize.draft_vocab': '32K' is not an integer or null"),
 ])
 def test_schema_errors_name_the_field_and_the_valid_choices(tmp_path, fields, message):

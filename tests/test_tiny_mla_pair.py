@@ -1,6 +1,7 @@
 """The tiny MLA pair: an MLA Eagle3 draft (Eagle3DeepseekV2ForCausalLM) trained for the tiny Llama target
 (tests/fixtures/tiny_pair_mla/draft, made by fixtures/make_tiny_mla_draft.py). It meets the Llama draft's bars,
-and its PTPC FP8 quantization (real Quark) keeps its BF16 acceptance (paired, ~6.7K chains), measured by validate.
+and its PTPC FP8 quantization (real Quark) is measured by validate (paired, ~6.6K chains): round-to-nearest keeps
+0.987 of its BF16 acceptance, `--gptq` (Quark's GPTQ on other prompts) >= 0.99.
 """
 
 from __future__ import annotations
@@ -160,11 +161,41 @@ def test_fp8_mla_draft_acceptance_is_measured_with_its_interval(report, mla_fp8)
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="issue 12 bar not met: PTPC FP8 keeps 0.9872 (95% CI 0.9808..0.9937) of "
-                   "the tiny MLA draft's acceptance length, not >= 0.99; no remedy that keeps the plan's FP8 "
-                   "groups beats its interval (bench/mla_fp8_remedies.py, docs/families.md)")
+@pytest.mark.xfail(strict=True, reason="round-to-nearest PTPC FP8 keeps 0.9872 (95% CI 0.9808..0.9937) of the "
+                   "tiny MLA draft's acceptance length (0.9845 over 53K held-out chains), not >= 0.99; --gptq keeps "
+                   ">= 0.99 with the same plan and bytes (test below, docs/families.md)")
 def test_fp8_mla_draft_keeps_99_percent_of_the_bf16_acceptance(report):
     assert report.metrics["acceptance_ratio"] >= 0.99 and report.passed
+
+
+@pytest.mark.slow
+def test_fp8_mla_draft_with_gptq_keeps_99_percent_of_the_bf16_acceptance(tiny_pair, holdout_calib, mla_fp8,
+                                                                          tmp_path):
+    """The default plan (all five groups FP8, the same bytes) with `--gptq`, its Hessians taken on the other 128
+    held-out prompts and judged on the test set: measured ratio 0.9994 (95% CI 0.9947..1.0041), top-1 0.9602;
+    over 53K chains of 1024 other held-out prompts 0.9958 (0.9941..0.9975), against 0.9845 without GPTQ."""
+    from eagle3_quant.quantize.api import quantize_draft
+
+    result = quantize_draft(MLA_DRAFT, tmp_path / "fp8", device="cpu", calib=holdout_calib, gptq=True)
+    assert [d.module for d in result.plan.quantized] == [d.module for d in read_draft_plan(mla_fp8)]
+    checked = validate_draft(result.output, reference=MLA_DRAFT, calib=tiny_pair.calib, gates=Gates())
+    m = checked.metrics
+    print(f"\ntiny MLA pair, --gptq: ratio {m['acceptance_ratio']:.4f} "
+          f"[{m['acceptance_ratio_interval'][0]:.4f}, {m['acceptance_ratio_interval'][1]:.4f}], "
+          f"top-1 {m['top1_agreement']:.4f}, kl {m['kl']:.5f}")
+    assert checked.passed, [(c.name, c.detail) for c in checked.failed_checks]
+    assert m["acceptance_ratio"] >= 0.99 and m["top1_agreement"] >= 0.95 and m["drafts"] >= 6000
+    low, high = m["acceptance_ratio_interval"]
+    assert low <= m["acceptance_ratio"] <= high and high - low <= 0.02
+    status = {c.name: c.status for c in checked.checks}
+    assert status["vllm_load"] == ("skipped" if vllm_missing_reason() else "passed"), checked.check("vllm_load").detail
+
+
+def read_draft_plan(artifact: Path):
+    """The FP8 linears an artifact's manifest records."""
+    from eagle3_quant.records.manifest import Manifest
+
+    return [d for d in Manifest.read(artifact).layers if d.quantized]
 
 
 @pytest.mark.slow

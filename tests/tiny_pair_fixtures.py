@@ -50,3 +50,12 @@ def tiny_pair(tmp_path_factory) -> TinyPair:
     samples = capture.greedy_samples(pair.load_target(), prompts[:CALIB_PROMPTS], NEW_TOKENS)
     capture.write_calibration(samples, pair.calib, str(pair.target))
     return pair
+
+
+@pytest.fixture(scope="session")
+def holdout_calib(tiny_pair, tmp_path_factory) -> Path:
+    """A second calibration set, of the other 128 held-out prompts: what `--gptq` (or any data-driven choice)
+    learns from, so that `tiny_pair.calib` judges it on prompts it never saw."""
+    capture = fixture_module("tiny_capture")
+    samples = capture.greedy_samples(tiny_pair.load_target(), tiny_pair.prompts[CALIB_PROMPTS:], NEW_TOKENS)
+    return capture.write_calibration(samples, tmp_path_factory.mktemp("holdout") / "calib", str(tiny_pair.target))

@@ -29,6 +29,7 @@ def quantize_command(
     calib: Annotated[Path | None, typer.Option(help=help_of(Q, "calib"))] = default(Q, "calib"),
     auto_exclude: Annotated[float | None, typer.Option(help=help_of(Q, "auto_exclude"))] = default(Q, "auto_exclude"),
     smooth_alpha: Annotated[float | None, typer.Option(help=help_of(Q, "smooth_alpha"))] = default(Q, "smooth_alpha"),
+    gptq: Annotated[bool, typer.Option("--gptq", help=help_of(Q, "gptq"))] = default(Q, "gptq"),
     force: Annotated[bool, typer.Option("--force", help=help_of(Q, "force"))] = default(Q, "force"),
     revision: Annotated[str | None, typer.Option(help=help_of(Q, "revision"))] = default(Q, "revision"),
     verbose: Annotated[bool, typer.Option("--verbose", help=help_of(Q, "verbose"))] = default(Q, "verbose"),
@@ -47,8 +48,8 @@ def quantize_command(
     from eagle3_quant.quantize.api import quantize_draft
 
     options = Q(scheme=scheme.value, exclude=tuple(exclude or ()), quantize_fc=quantize_fc, device=device,
-                calib=calib, auto_exclude=auto_exclude, smooth_alpha=smooth_alpha, force=force, revision=revision,
-                verbose=verbose,
+                calib=calib, auto_exclude=auto_exclude, smooth_alpha=smooth_alpha, gptq=gptq, force=force,
+                revision=revision, verbose=verbose,
                 allow_pickle=allow_pickle, draft_vocab=draft_vocab, quantize_lm_head=quantize_lm_head,
                 min_acceptance_ratio=min_acceptance_ratio, engine=engine.value)
     if quantize_fc:
@@ -67,6 +68,11 @@ def quantize_command(
                   f"{len(result.plan.quantized)} linears {ELEMENT_DTYPES[result.plan.scheme.weight.dtype][0]} "
                   f"({result.plan.scheme.name}), "
                   f"{len(result.plan.excluded)} kept BF16; manifest {result.manifest_path.name}")
+    rounded = result.manifest.gptq
+    if rounded:
+        console.print(f"GPTQ: {sum(len(g) for g in rounded['order'])} linears rounded on {rounded['samples']} "
+                      f"samples ({rounded['positions']} positions x {rounded['steps']} draft steps) in "
+                      f"{rounded['seconds']:.1f} s")
     pruning = result.manifest.vocab_pruning
     if pruning:
         console.print(f"draft vocabulary {pruning['draft_vocab_before']} -> {pruning['draft_vocab']}: covers "

@@ -82,6 +82,7 @@ class Manifest:
     sensitivity: dict[str, Any] | None = None     # --auto-exclude: threshold and the measured table
     vocab_pruning: dict[str, Any] | None = None   # --draft-vocab: sizes and coverage before and after
     smoothing: dict[str, Any] | None = None       # --smooth-alpha: alpha, sites, the BF16 tensors it folded into
+    gptq: dict[str, Any] | None = None            # --gptq: samples, draft steps, the rounding order, Quark's settings
     auto_choice: AutoChoiceRecord | None = None   # --scheme auto: the candidate ladder, measured, and the choice
     manifest_version: int = MANIFEST_VERSION
     created_at: str = ""
@@ -90,11 +91,11 @@ class Manifest:
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
-        for optional in ("calibration", "sensitivity", "vocab_pruning", "smoothing", "auto_choice"):
+        for optional in ("calibration", "sensitivity", "vocab_pruning", "smoothing", "gptq", "auto_choice"):
             if data[optional] is None:
                 del data[optional]
         order = ("manifest_version", "created_at", "command", "versions", "source", "scheme", "exclude", "layers",
-                 "device", "calibration", "sensitivity", "vocab_pruning", "smoothing", "auto_choice", "inputs",
+                 "device", "calibration", "sensitivity", "vocab_pruning", "smoothing", "gptq", "auto_choice", "inputs",
                  "outputs")
         return {key: data[key] for key in order if key in data}
 
@@ -119,6 +120,7 @@ class Manifest:
                 sensitivity=data.get("sensitivity") if isinstance(data.get("sensitivity"), dict) else None,
                 vocab_pruning=data.get("vocab_pruning") if isinstance(data.get("vocab_pruning"), dict) else None,
                 smoothing=data.get("smoothing") if isinstance(data.get("smoothing"), dict) else None,
+                gptq=data.get("gptq") if isinstance(data.get("gptq"), dict) else None,
                 auto_choice=(AutoChoiceRecord.from_dict(data["auto_choice"], path)
                              if data.get("auto_choice") is not None else None),
                 created_at=str(data.get("created_at", "")),

@@ -1,9 +1,10 @@
-"""Static FP8 (``--scheme fp8``): per-tensor weight and input scales calibrated on what the draft receives.
+"""Quark's in-memory path: static FP8 (``--scheme fp8``: per-tensor weight and input scales calibrated on what
+the draft receives) and ``--gptq`` (any FP8 scheme, ``quantize/gptq.py``).
 
-Quark's in-memory path: the runtime draft wrapped as a transformers model (`Eagle3QuarkModel`), one
-calibration batch per sample of the calibration set (the target's aux hidden states, aligned as vLLM
-feeds them), ``quantize_model`` with min-max observers, ``freeze``, ``export_safetensors(custom_mode=
-"quark")``. Each batch runs `CALIBRATION_STEPS` draft steps from every position, so the input scales also
+The runtime draft wrapped as a transformers model (`Eagle3QuarkModel`), one calibration batch per sample of
+the calibration set (the target's aux hidden states, aligned as vLLM feeds them), ``quantize_model`` with
+min-max observers, GPTQ's rounding when asked, ``freeze``, ``export_safetensors(custom_mode="quark")``. Each
+batch runs `CALIBRATION_STEPS` draft steps from every position, so the input scales (and GPTQ's Hessians) also
 cover the steps that read the draft's own hidden state. Tensor names are the source's; config.json is the
 source's plus ``quantization_config`` (export would rename ``architectures``; we never let it).
 """
@@ -21,6 +22,7 @@ from eagle3_quant.quantize.calibration import (
     calibration_embedding,
     check_calibration,
 )
+from eagle3_quant.quantize.gptq import GptqRecord, round_with_gptq, rounding_order
 from eagle3_quant.quantize.quark_file import quark_config, quark_exclude_modules
 from eagle3_quant.quantize.quark_import import import_quark, quark_quiet
 from safetensors import safe_open
@@ -59,8 +61,14 @@ def _input_scales(out: Path) -> dict[str, float]:
     return dict(sorted(scales.items()))
 
 
-def run_static_fp8(draft: DraftCheckpoint, plan: QuantPlan, calib_path: Path, out_dir: Path, device: str,
-                   verbose: bool = False) -> StaticCalibration:
+@dataclass(frozen=True)
+class InMemoryResult:
+    calibration: StaticCalibration | None    # static input scales (None for dynamic inputs)
+    gptq: GptqRecord | None
+
+
+def run_in_memory(draft: DraftCheckpoint, plan: QuantPlan, calib_path: Path, out_dir: Path, device: str,
+                  verbose: bool = False, gptq: bool = False) -> InMemoryResult:
     from eagle3_quant.quantize.quark_model import Eagle3QuarkModel
     from transformers import PretrainedConfig
 
@@ -70,16 +78,26 @@ def run_static_fp8(draft: DraftCheckpoint, plan: QuantPlan, calib_path: Path, ou
     check_calibration(draft, calib)
     runtime = load_draft(draft.path, device=device, embedding=calibration_embedding(draft, calib))
     batches = calibration_batches(calib, device)
+    static = not plan.scheme.input.dynamic
     model = Eagle3QuarkModel(PretrainedConfig.from_dict(dict(draft.config.raw)), runtime, CALIBRATION_STEPS)
     quark = import_quark(verbose)
     quantizer = quark.ModelQuantizer(quark_config(plan.scheme, quark_exclude_modules(draft, plan), "float32"))
+    rounding = None
     try:
         with quark_quiet(verbose):
-            model = quantizer.quantize_model(model, batches)
+            # dynamic inputs: the observers see the weights only, one batch runs the prepared model once
+            model = quantizer.quantize_model(model, batches if static else batches[:1])
+            if gptq:
+                rounding = round_with_gptq(model, rounding_order(draft, plan), batches, CALIBRATION_STEPS)
             model = quantizer.freeze(model)
             quark.export_safetensors(model, str(out_dir), custom_mode="quark")
     except Exception as exc:  # Quark raises many types; surface one typed error naming the source
-        raise QuantizationError(f"Quark static FP8 quantization failed: {exc}", path=draft.path) from exc
+        what = "GPTQ" if gptq else "static FP8"
+        raise QuantizationError(f"Quark {what} quantization failed: {exc}", path=draft.path) from exc
     _restore_config(out_dir, dict(draft.config.raw))
-    tokens = sum(int(b["input_ids"].numel()) for b in batches)
-    return StaticCalibration(Path(calib_path), len(batches), tokens, CALIBRATION_STEPS, _input_scales(out_dir))
+    calibration = None
+    if static:
+        tokens = sum(int(b["input_ids"].numel()) for b in batches)
+        calibration = StaticCalibration(Path(calib_path), len(batches), tokens, CALIBRATION_STEPS,
+                                        _input_scales(out_dir))
+    return InMemoryResult(calibration, rounding)
