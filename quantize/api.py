@@ -190,6 +190,11 @@ def _quantize(src: str | Path, out: str | Path, opts: QuantizeOptions, origin: D
         in_memory = chosen.needs_calibration or opts.gptq or auto_exclude is not None   # the whole draft at once
         _check_resources(draft, out, plan, in_memory)
         check_vocab_map(draft)
+        if chosen.needs_calibration or opts.gptq:      # a set of another draft is refused before any work
+            from eagle3_quant.calib.format import load_calibration
+            from eagle3_quant.quantize.calibration import check_calibration
+
+            check_calibration(draft, load_calibration(calib))
     quark_import = import_quark_in_background(opts.verbose)   # overlaps the source scan below
     source = origin or draft.source
     with timer.stage("scan source (sha256 + NaN/Inf)"):

@@ -177,3 +177,15 @@ def test_pipeline_requantizes_when_gptq_is_switched_and_resumes(make_draft, tmp_
     fourth = run_pipeline(path, ["quantize.exclude=[o_proj]"])
     assert fourth.stages[1].status == "ran" and "replaced: gptq was on" in fourth.stages[1].detail
     assert hub.requests == []
+
+
+def test_gptq_with_another_drafts_calibration_set_is_refused_before_any_work(make_draft, tmp_path, capsys):
+    from calib_fixtures import write_calibration, write_target
+
+    cal = write_calibration(tmp_path / "cal", write_target(tmp_path / "t", hidden=48), target_hidden=48)
+    src = make_draft()
+    before = sorted(p.name for p in tmp_path.iterdir())
+    code, _, err = run_cli("quantize", str(src), str(tmp_path / "o"), "--gptq", "--calib", str(cal), capsys=capsys)
+    assert code == 2 and err.startswith("error: ") and err.strip().count("\n") == 0
+    assert "info.target_hidden_size" in err and "48" in err and "64" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == before      # no OUT, no staging folder left
