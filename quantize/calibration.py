@@ -38,6 +38,11 @@ def calibration_embedding(draft: DraftCheckpoint, calib: CalibrationSet) -> torc
                                hint="the calibration set must name the target's folder or Hub id") from exc
 
 
+def batch_positions(batches: list[dict[str, torch.Tensor]]) -> int:
+    """Draft positions the batches hold (each run for CALIBRATION_STEPS steps)."""
+    return sum(int(b["input_ids"].numel()) for b in batches)
+
+
 def calibration_batches(calib: CalibrationSet, device: str | torch.device, with_targets: bool = False,
                         max_samples: int | None = None) -> list[dict[str, torch.Tensor]]:
     """One batch per sample: ``input_ids`` [1, T-1], ``aux_hidden_states`` [1, T-1, 3Ht] (the draft's forward

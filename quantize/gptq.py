@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 import torch
+from eagle3_quant.quantize.calibration import batch_positions
 
 from eagle3_quant.plan import QuantPlan
 from eagle3_quant.reading.draft import DraftCheckpoint
@@ -81,6 +82,5 @@ def round_with_gptq(model: torch.nn.Module, order: Sequence[Sequence[str]], batc
             algorithms[name].quantize(BLOCK_SIZE, DAMP_PERCENT, layer._weight_quantizer.group_size, ACT_ORDER,
                                       True, False, {})
             algorithms[name].free()
-    positions = sum(int(b["input_ids"].numel()) for b in batches)
-    return GptqRecord(len(batches), positions, steps, [list(g) for g in order],
+    return GptqRecord(len(batches), batch_positions(batches), steps, [list(g) for g in order],
                       seconds=round(time.perf_counter() - started, 2))

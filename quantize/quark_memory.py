@@ -18,6 +18,7 @@ from pathlib import Path
 from eagle3_quant.calib.format import load_calibration
 from eagle3_quant.quantize.calibration import (
     CALIBRATION_STEPS,
+    batch_positions,
     calibration_batches,
     calibration_embedding,
     check_calibration,
@@ -97,7 +98,6 @@ def run_in_memory(draft: DraftCheckpoint, plan: QuantPlan, calib_path: Path, out
     _restore_config(out_dir, dict(draft.config.raw))
     calibration = None
     if static:
-        tokens = sum(int(b["input_ids"].numel()) for b in batches)
-        calibration = StaticCalibration(Path(calib_path), len(batches), tokens, CALIBRATION_STEPS,
+        calibration = StaticCalibration(Path(calib_path), len(batches), batch_positions(batches), CALIBRATION_STEPS,
                                         _input_scales(out_dir))
     return InMemoryResult(calibration, rounding)

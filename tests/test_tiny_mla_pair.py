@@ -24,6 +24,7 @@ from validate_helpers import copy_artifact
 from eagle3_quant.reading.draft import read_draft
 from eagle3_quant.reading.families import DraftFamily, MlaDims
 from eagle3_quant.reading.formats import DraftFormat
+from eagle3_quant.records.manifest import Manifest
 from eagle3_quant.runtime.loading import load_draft
 from eagle3_quant.runtime.mla import MlaAttention
 from eagle3_quant.runtime.saving import new_draft_config, save_draft
@@ -177,7 +178,8 @@ def test_fp8_mla_draft_with_gptq_keeps_99_percent_of_the_bf16_acceptance(tiny_pa
     from eagle3_quant.quantize.api import quantize_draft
 
     result = quantize_draft(MLA_DRAFT, tmp_path / "fp8", device="cpu", calib=holdout_calib, gptq=True)
-    assert [d.module for d in result.plan.quantized] == [d.module for d in read_draft_plan(mla_fp8)]
+    assert [d.module for d in result.manifest.layers if d.quantized] == \
+        [d.module for d in Manifest.read(mla_fp8).layers if d.quantized]          # the default plan, unchanged
     checked = validate_draft(result.output, reference=MLA_DRAFT, calib=tiny_pair.calib, gates=Gates())
     m = checked.metrics
     print(f"\ntiny MLA pair, --gptq: ratio {m['acceptance_ratio']:.4f} "
@@ -189,13 +191,6 @@ def test_fp8_mla_draft_with_gptq_keeps_99_percent_of_the_bf16_acceptance(tiny_pa
     assert low <= m["acceptance_ratio"] <= high and high - low <= 0.02
     status = {c.name: c.status for c in checked.checks}
     assert status["vllm_load"] == ("skipped" if vllm_missing_reason() else "passed"), checked.check("vllm_load").detail
-
-
-def read_draft_plan(artifact: Path):
-    """The FP8 linears an artifact's manifest records."""
-    from eagle3_quant.records.manifest import Manifest
-
-    return [d for d in Manifest.read(artifact).layers if d.quantized]
 
 
 @pytest.mark.slow
