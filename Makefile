@@ -10,7 +10,7 @@ STAMP := $(VENV)/.eagle3-quant-installed
 VLLM_STAMP := $(VENV)/.eagle3-quant-vllm-installed
 DEMO_DIR ?= demo-out
 
-.PHONY: setup setup-vllm setup-sglang setup-engine test test-fast lint demo bench bench-vllm clean
+.PHONY: setup setup-vllm setup-sglang setup-engine test test-fast lint demo bench bench-vllm bench-engine clean
 
 setup: $(STAMP)
 
@@ -82,6 +82,10 @@ bench: setup
 
 bench-vllm: setup setup-vllm
 	$(BIN)/python -m bench.vllm_load
+
+# `eagle3-quant bench` on the tiny pair in vLLM's real engine (minutes on 2 cores; docs/bench.md)
+bench-engine: setup setup-engine
+	$(BIN)/python -m bench.engine_bench
 
 clean:
 	rm -rf $(DEMO_DIR) .pytest_cache .ruff_cache
