@@ -70,4 +70,13 @@ def test_engine_run_goes_into_the_report_of_the_same_files_and_survives_revalida
     assert json.loads((tmp_path / "validation.json").read_text())["engine_run"]["k"] == 3
     write_report(tmp_path / "validation.json", {**report, "artifact_files": {"x": "d" * 64}})   # other files
     assert "engine_run" not in json.loads((tmp_path / "validation.json").read_text())
+    # validate after bench: the report takes the engine run from bench.json when it measured the same files
+    bench = {"artifact_files": files, "acceptance": {"artifact": {"acceptance_length": 1.7}}, "k": 3,
+             "predicted": {"acceptance_ratio": 0.99, "how": "validate's offline acceptance"}}
+    (tmp_path / BENCH_NAME).write_text(json.dumps(bench))
+    write_report(tmp_path / "validation.json", report)
+    run = json.loads((tmp_path / "validation.json").read_text())["engine_run"]
+    assert run["acceptance"] == bench["acceptance"] and run["predicted"] == {"acceptance_ratio": 0.99}
+    write_report(tmp_path / "validation.json", {**report, "artifact_files": {"x": "d" * 64}})
+    assert "engine_run" not in json.loads((tmp_path / "validation.json").read_text())
     assert BENCH_NAME in NOT_ARTIFACT         # bench.json never makes a report "foreign"

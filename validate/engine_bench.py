@@ -42,7 +42,7 @@ from eagle3_quant.errors import DraftFormatError, EngineError, OptionsError
 from eagle3_quant.options import build_options
 from eagle3_quant.records.evidence import BENCH_NAME, artifact_digests
 from eagle3_quant.records.public_names import public_name
-from eagle3_quant.records.validation_report import record_engine_run
+from eagle3_quant.records.validation_report import engine_run_of, record_engine_run
 from eagle3_quant.schemes import SCHEMES
 from eagle3_quant.util.outdir import scratch_for
 from eagle3_quant.util.progress import SILENT, Progress
@@ -174,7 +174,7 @@ def bench_draft(out: str | Path, options: BenchOptions | None = None, *, progres
     report = _report(opts, info, target, reference.path, prompt_source, prompts, runs, acceptance, ratio, same,
                      predicted, files, time.perf_counter() - started)
     path = _write_json(out / BENCH_NAME, report)
-    note = record_engine_run(out, json_safe(_engine_run(report)), files)
+    note = record_engine_run(out, json_safe(engine_run_of(report)), files)
     return BenchResult(path, info, acceptance, ratio, all(s["lossless"] for s in same.values()), predicted, note,
                        report)
 
@@ -230,16 +230,6 @@ def _report(opts: BenchOptions, info: EngineInfo, target: TargetSpec, reference:
         "concurrency_sweep": sweep,
         "wall_s": seconds,
     }
-
-
-def _engine_run(report: dict) -> dict:
-    """What validation.json keeps of it (bench.json holds the rest)."""
-    keys = ("engine", "prompts", "k", "acceptance", "acceptance_ratio", "lossless", "predicted", "speed",
-            "substituted_ops", "concurrency_sweep", "created_at")
-    run = {key: report[key] for key in keys}
-    if run["predicted"]:
-        run["predicted"] = {k: v for k, v in run["predicted"].items() if k != "how"}
-    return run
 
 
 def _write_json(path: Path, data: dict) -> Path:

@@ -29,8 +29,8 @@ Layout (``report_version`` 1), written by `eagle3-quant validate`::
       "kernel": {"status", "device", "platform", "backend", "kernels": [...], ...},   # see kernel_check.py
       "versions": {"eagle3-quant", "torch", ...},
       "engine_run": {...}                    # optional: `eagle3-quant bench` (validate/engine_bench.py), vLLM's own
-                                             # acceptance, ratio, lossless, prediction; kept when validate rewrites
-                                             # the report for the same artifact files
+                                             # acceptance, ratio, lossless, prediction; kept (or taken from
+                                             # OUT/bench.json) when validate writes a report for the same files
     }
 
 A measurement that was not made is absent or null, never estimated; the check that needed it says
@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from eagle3_quant.records.evidence import evidence_problem
+from eagle3_quant.records.evidence import BENCH_NAME, evidence_problem
 
 REPORT_NAME = "validation.json"
 REPORT_VERSION = 1
@@ -108,13 +108,36 @@ def _checks(raw: Any) -> tuple[CheckLine, ...]:
                  for c in raw if isinstance(c, dict))
 
 
+ENGINE_RUN_KEYS = ("engine", "prompts", "k", "acceptance", "acceptance_ratio", "lossless", "predicted", "speed",
+                   "substituted_ops", "concurrency_sweep", "created_at")
+
+
+def engine_run_of(bench: dict[str, Any]) -> dict[str, Any]:
+    """What the report keeps of a bench.json (the rest stays there)."""
+    run = {key: bench.get(key) for key in ENGINE_RUN_KEYS}
+    if isinstance(run["predicted"], dict):
+        run["predicted"] = {k: v for k, v in run["predicted"].items() if k != "how"}
+    return run
+
+
+def _engine_run_for(path: Path, files: Any) -> dict[str, Any] | None:
+    """An engine run already measured for these artifact files: the previous report's, else OUT's bench.json."""
+    previous = _read_json(path)
+    if previous.get(ENGINE_RUN) and previous.get("artifact_files") == files:
+        return previous[ENGINE_RUN]
+    bench = _read_json(path.parent / BENCH_NAME)
+    if bench.get("acceptance") and bench.get("artifact_files") == files:
+        return engine_run_of(bench)
+    return None
+
+
 def write_report(path: Path, data: dict[str, Any]) -> Path:
     """Atomic (temp file, then rename) and strict JSON: a non-finite number is a bug, not a value. An engine run
-    the report at `path` holds for the same artifact files is kept (a re-validation does not drop `bench`'s)."""
-    if ENGINE_RUN not in data:
-        previous = _read_json(path)
-        if previous.get(ENGINE_RUN) and previous.get("artifact_files") == data.get("artifact_files"):
-            data = {**data, ENGINE_RUN: previous[ENGINE_RUN]}
+    measured for the same artifact files (the report at `path` had it, or bench.json beside it holds it) is kept:
+    `validate` after `bench` does not drop it."""
+    if ENGINE_RUN not in data and data.get("artifact_files"):
+        run = _engine_run_for(path, data["artifact_files"])
+        data = {**data, ENGINE_RUN: run} if run else data
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(data, indent=2, allow_nan=False) + "\n")
     tmp.replace(path)
