@@ -36,6 +36,9 @@ def _static_scaled_fp8_quant(out, input, scale, group_shape=None):
     import torch
 
     _CALLS["static_scaled_fp8_quant"] += 1
+    if scale.numel() != 1:
+        raise NotImplementedError(f"the torch stand-in for _C::static_scaled_fp8_quant takes a per-tensor scale only "
+                                  f"(got {tuple(scale.shape)}, group_shape {group_shape})")
     inv = scale.to(torch.float32).reciprocal()
     out.copy_((input.to(torch.float32) * inv).clamp(-FP8_MAX, FP8_MAX).to(out.dtype))
 
@@ -46,6 +49,9 @@ def _silu_and_mul_quant(result, x, scale):
     import torch
 
     _CALLS["silu_and_mul_quant"] += 1
+    if scale.numel() != 1:
+        raise NotImplementedError(f"the torch stand-in for _C::silu_and_mul_quant takes a per-tensor scale only "
+                                  f"(got {tuple(scale.shape)})")
     d = x.shape[-1] // 2
     x32 = x.to(torch.float32)
     y = torch.nn.functional.silu(x32[..., :d]) * x32[..., d:]
