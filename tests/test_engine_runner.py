@@ -130,7 +130,8 @@ def test_ctrl_c_ends_the_tree_and_propagates(tmp_path):
     script.write_text(SPAWNS)
     parent = tmp_path / "parent.py"
     parent.write_text(textwrap.dedent(f"""
-        import sys
+        import faulthandler, sys
+        faulthandler.dump_traceback_later(100)     # a hang shows where it is
         from pathlib import Path
         from eagle3_quant.engines.runner import ChildCommand, run_child
         try:
@@ -138,12 +139,13 @@ def test_ctrl_c_ends_the_tree_and_propagates(tmp_path):
         except KeyboardInterrupt:
             sys.exit(130)
         """))
-    proc = subprocess.Popen([sys.executable, str(parent)])
-    deadline = time.monotonic() + 60
+    proc = subprocess.Popen([sys.executable, str(parent)], stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
     while not (pids.exists() and len(pids.read_text().split()) == 2) and time.monotonic() < deadline:
         time.sleep(0.1)
     proc.send_signal(signal.SIGINT)
-    assert proc.wait(timeout=60) == 130
+    err = proc.communicate(timeout=120)[1]
+    assert proc.returncode == 130, err
     assert not any(alive(pid) for pid in pids_of(pids))
 
 
@@ -198,3 +200,24 @@ def test_the_probe_reports_distribution_version_torch_and_device():
     assert (info.distribution, info.version, info.torch) == ("vllm", expected, torch.__version__)
     assert info.device.startswith("cuda" if torch.cuda.is_available() else "cpu")
     assert json.loads(json.dumps(info.to_dict()))["version"] == expected
+
+
+def test_ctrl_c_while_the_child_starts_still_ends_it(tmp_path, monkeypatch):
+    """The window between fork and `Popen` returning: the signal is held until the parent knows the child."""
+    import eagle3_quant.engines.runner as runner
+
+    pids = tmp_path / "pids"
+    real_popen = subprocess.Popen
+
+    def popen_then_ctrl_c(*args, **kwargs):
+        proc = real_popen(*args, **kwargs)
+        deadline = time.monotonic() + 60
+        while not (pids.exists() and len(pids.read_text().split()) == 2) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGINT)          # arrives before Popen has returned to run_child
+        return proc
+
+    monkeypatch.setattr(runner.subprocess, "Popen", popen_then_ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        run_child(child(tmp_path, SPAWNS), {"pids": str(pids)}, timeout_s=120)
+    assert not any(alive(pid) for pid in pids_of(pids))

@@ -32,6 +32,7 @@ import re
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -93,13 +94,15 @@ def run_child(command: ChildCommand, request: Mapping[str, Any], timeout_s: floa
         req.write_text(json.dumps(dict(request), allow_nan=False))
         started = time.perf_counter()
         with open(err, "wb") as stderr:
+            with _DeferredInterrupts() as deferred:    # a Ctrl-C while the child starts: taken once `proc` is known
+                try:
+                    proc = subprocess.Popen(command.argv(req, res), cwd=tmp, env=env, stdin=subprocess.DEVNULL,
+                                            stdout=stderr, stderr=subprocess.STDOUT, start_new_session=True)
+                except OSError as exc:
+                    raise EngineError(f"cannot start {command.name} with {command.python}: "
+                                      f"{exc.strerror or exc}") from exc
             try:
-                proc = subprocess.Popen(command.argv(req, res), cwd=tmp, env=env, stdin=subprocess.DEVNULL,
-                                        stdout=stderr, stderr=subprocess.STDOUT, start_new_session=True)
-            except OSError as exc:
-                raise EngineError(f"cannot start {command.name} with {command.python}: {exc.strerror or exc}") \
-                    from exc
-            try:
+                deferred.deliver()
                 returncode: int | None = proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
                 returncode = None
@@ -110,6 +113,33 @@ def run_child(command: ChildCommand, request: Mapping[str, Any], timeout_s: floa
         result = _read_result(res)
     error = _error(command, returncode, result, tail, timeout_s)
     return ChildRun(result if isinstance(result, dict) else None, error, returncode, seconds, tail)
+
+
+class _DeferredInterrupts:
+    """SIGINT/SIGTERM inside the block are recorded, not raised (main thread only), so no child is started without
+    the parent knowing its pid; `deliver()` afterwards hands a recorded one to the handler that was in place (the
+    CLI's, which remembers it and raises KeyboardInterrupt), or raises KeyboardInterrupt."""
+
+    def __init__(self) -> None:
+        self.received: list[int] = []
+        self.previous: dict[int, Any] = {}
+
+    def __enter__(self) -> _DeferredInterrupts:
+        if threading.current_thread() is threading.main_thread():
+            self.previous = {sig: signal.signal(sig, lambda signum, frame: self.received.append(signum))
+                             for sig in (signal.SIGINT, signal.SIGTERM)}
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+
+    def deliver(self) -> None:
+        if self.received:
+            handler = self.previous.get(self.received[0])
+            if callable(handler):
+                handler(self.received[0], None)
+            raise KeyboardInterrupt
 
 
 def _error(command: ChildCommand, returncode: int | None, result: Any, tail: str, timeout_s: float) -> str | None:
