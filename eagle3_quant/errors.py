@@ -133,6 +133,14 @@ class EstimateInputError(Eagle3QuantError, ValueError):
     """A speedup estimate lacks an input or got a bad one (report without acceptance, non-positive time)."""
 
 
+class EngineError(Eagle3QuantError, RuntimeError):
+    """A serving engine run in its own interpreter failed, timed out, or cannot run here (eagle3_quant/engines)."""
+
+
+class EngineNotFoundError(EngineError, FileNotFoundError):
+    """No engine environment: neither --engine-python, nor EAGLE3_QUANT_ENGINE_PYTHON, nor the project's one."""
+
+
 class AcceptanceGateError(Eagle3QuantError, RuntimeError):
     """`quantize --scheme auto`: no candidate keeps the acceptance gate (a failed gate: exit 1, nothing written)."""
 

@@ -1,4 +1,4 @@
-"""`run_pipeline`: calibrate -> quantize (export included) -> validate -> push, from one pipeline file.
+"""`run_pipeline`: calibrate -> quantize (export included) -> validate -> bench -> push, from one pipeline file.
 
 Each stage is skipped when its output is present and valid, so a run that stopped anywhere resumes where it
 stopped. Every stage calls the stage's public function with the options object the pipeline file describes.
@@ -6,6 +6,7 @@ stopped. Every stage calls the stage's public function with the options object t
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +16,7 @@ from eagle3_quant.calib.format import INDEX_NAME
 from eagle3_quant.errors import Eagle3QuantError
 from eagle3_quant.pipeline_spec import (
     PipelineSpec,
+    bench_options,
     calibrate_options,
     import_options,
     load_pipeline,
@@ -26,7 +28,7 @@ from eagle3_quant.quantize.options import AUTO_SCHEME
 from eagle3_quant.reading.source import REPO_ID
 from eagle3_quant.records.manifest import MANIFEST_NAME, Manifest
 
-STAGES = ("calibrate", "quantize", "validate", "push")
+STAGES = ("calibrate", "quantize", "validate", "bench", "push")
 
 
 @dataclass(frozen=True)
@@ -172,6 +174,41 @@ def run_validate(spec: PipelineSpec) -> str:
     return "passed"
 
 
+def run_bench(spec: PipelineSpec) -> str:
+    """vLLM's own measurement (`bench_draft`), on when an engine environment is found; skipped, saying why, when
+    there is no engine, no target or no prompts, or when OUT/bench.json already measured these artifact files."""
+    from eagle3_quant.engines.environment import find_engine_python
+    from eagle3_quant.errors import EngineNotFoundError
+    from eagle3_quant.records.evidence import BENCH_NAME, artifact_digests
+
+    if not spec.bench.enabled:
+        raise _Skip("disabled", "bench.enabled is false")
+    if not spec.target:
+        raise _Skip("skipped", "no target: bench runs the target in vLLM's engine (set target)")
+    try:
+        find_engine_python()
+    except EngineNotFoundError as exc:
+        raise _Skip("skipped", f"no engine: {exc}") from None
+    options = bench_options(spec, reference=None if _is_hub_id(spec.source) else spec.source)
+    if options.prompts is None:
+        raise _Skip("skipped", "no prompts: set bench.prompts, or calibrate.data for the workdir's calibration set")
+    try:
+        done = json.loads((spec.out / BENCH_NAME).read_text())
+    except (OSError, ValueError):
+        done = None
+    if isinstance(done, dict) and done.get("artifact_files") == artifact_digests(spec.out):
+        raise _Skip("skipped", f"present: {BENCH_NAME} measured these artifact files")
+    from eagle3_quant.validate.engine_bench import bench_draft
+
+    result = bench_draft(spec.out, options)
+    ratio, predicted = result.ratio, result.predicted or {}
+    text = (f"{result.engine.describe()}: acceptance ratio {ratio.ratio:.4f} ({ratio.low:.4f}..{ratio.high:.4f}), "
+            f"lossless {'yes' if result.lossless else 'NO'}")
+    if predicted.get("acceptance_ratio") is not None:
+        text += f", predicted {predicted['acceptance_ratio']:.4f}"
+    return text
+
+
 def run_push(spec: PipelineSpec) -> Any:
     from eagle3_quant.export.push import push_draft
 
@@ -194,7 +231,8 @@ def _push_detail(result: Any) -> str:
 def run_pipeline(pipeline: str | Path | PipelineSpec, overrides: list[str] | None = None) -> PipelineResult:
     """Run every stage in order; stop at the first failure (later stages: `not run`)."""
     spec = pipeline if isinstance(pipeline, PipelineSpec) else load_pipeline(pipeline, overrides)
-    stages = {"calibrate": run_calibrate, "quantize": run_quantize, "validate": run_validate, "push": run_push}
+    stages = {"calibrate": run_calibrate, "quantize": run_quantize, "validate": run_validate, "bench": run_bench,
+              "push": run_push}
     outcomes: list[StageOutcome] = []
     pushed = None
     blocked = None

@@ -20,6 +20,7 @@ from eagle3_quant.quantize.options import AUTO_SCHEME, QuantizeOptions
 from eagle3_quant.reading.limits import MAX_YAML_BYTES, load_yaml_text, read_limited_text
 from eagle3_quant.reading.repo_ids import repo_id_problem
 from eagle3_quant.schemes import DEFAULT_SCHEME, SCHEMES
+from eagle3_quant.validate.bench_options import BenchOptions
 from eagle3_quant.validate.options import ValidateOptions
 
 PIPELINE_VERSION = 1
@@ -50,6 +51,7 @@ CalibrateSpec = _section("CalibrateSpec", CalibrationOptions,
                          [("data", str | None, None), ("from_dump", str | None, None), *_import_fields()])
 QuantizeSpec = _section("QuantizeSpec", QuantizeOptions, [])
 ValidateSpec = _section("ValidateSpec", ValidateOptions, [("enabled", bool, True)])
+BenchSpec = _section("BenchSpec", BenchOptions, [("enabled", bool, True)])
 PushSpec = _section("PushSpec", PushOptions, [("repo_id", str | None, None), ("enabled", bool, True)])
 
 
@@ -70,6 +72,7 @@ class PipelineSpec:
     calibrate: CalibrateSpec = field(default_factory=CalibrateSpec)
     quantize: QuantizeSpec = field(default_factory=QuantizeSpec)
     validate: ValidateSpec = field(default_factory=ValidateSpec)
+    bench: BenchSpec = field(default_factory=BenchSpec)
     push: PushSpec = field(default_factory=PushSpec)
     path: str | None = field(default=None, metadata={"internal": True})   # the file it was read from
 
@@ -195,7 +198,7 @@ def _check(spec: PipelineSpec, file: str | None) -> PipelineSpec:
                                     field=name)
     for section, build in (("calibrate", calibrate_options), ("calibrate", import_options),
                            ("quantize", quantize_options),
-                           ("validate", validate_options), ("push", push_options)):
+                           ("validate", validate_options), ("bench", bench_options), ("push", push_options)):
         try:       # every stage's options are checked before the first stage runs
             build(spec)
         except Eagle3QuantError as exc:
@@ -231,6 +234,16 @@ def quantize_options(spec: PipelineSpec, **runtime: Any) -> QuantizeOptions:
 
 def validate_options(spec: PipelineSpec, **runtime: Any) -> ValidateOptions:
     return ValidateOptions(**section_values(spec.validate), target=spec.target, **runtime)
+
+
+def bench_options(spec: PipelineSpec, **runtime: Any) -> BenchOptions:
+    """The bench stage's options: the pipeline's target; prompts from the section, else the workdir's set."""
+    from eagle3_quant.calib.format import INDEX_NAME
+
+    values = section_values(spec.bench)
+    if values.get("prompts") is None and (spec.calib / INDEX_NAME).is_file():
+        values["prompts"] = str(spec.calib)
+    return BenchOptions(**values, target=spec.target, **runtime)
 
 
 def push_options(spec: PipelineSpec, **runtime: Any) -> PushOptions:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from eagle3_quant.export.card_auto import auto_section
+from eagle3_quant.export.card_engine import engine_rows
 from eagle3_quant.export.card_estimate import estimate_rows, vocab_text
 
 from eagle3_quant.errors import PublishError
@@ -177,7 +178,8 @@ def build_card(out: str | Path, repo_id: str | None = None, *, target: str | Non
                                                         "huggingface_hub") if k in versions),
         layers=layers, fc_quantized=any(d.role == "fc" for d in quantized),
         validation_headline=_headline(validation), metric_rows=_metric_rows(validation),
-        estimate_rows=estimate_rows(out), vocab_text=vocab_text(manifest.vocab_pruning),
+        estimate_rows=estimate_rows(out), engine_rows=engine_rows(validation.engine_run),
+        vocab_text=vocab_text(manifest.vocab_pruning),
         auto=auto_section(manifest.auto_choice),
         checks=validation.checks, pipeline=pipeline, sglang=_sglang_check(validation),
         vllm_taps_notes=[n for n in validation.taps_notes if n.startswith("vllm ")],

@@ -9,6 +9,7 @@ from pathlib import Path
 from eagle3_quant.export.card import CARD_NAME
 
 from eagle3_quant.errors import PublishError
+from eagle3_quant.records.evidence import BENCH_NAME
 from eagle3_quant.records.manifest import MANIFEST_NAME, Manifest
 from eagle3_quant.records.manifest_check import output_path
 from eagle3_quant.records.validation_report import REPORT_NAME
@@ -17,7 +18,7 @@ from eagle3_quant.util.hashing import CHUNK, sha256_file
 
 # Files written after quantization: not listed in the manifest's outputs, sent all the same.
 ADDED_FILES = {MANIFEST_NAME: "manifest", CARD_NAME: "card", REPORT_NAME: "validation report",
-               ESTIMATE_NAME: "speedup estimate"}
+               ESTIMATE_NAME: "speedup estimate", BENCH_NAME: "engine run"}
 
 
 @dataclass(frozen=True)

@@ -134,7 +134,7 @@ def test_pipeline_requantizes_when_exclusions_change_and_skips_present_calibrati
     assert second.stages[1].status == "ran" and "replaced: the exclusions changed" in second.stages[1].detail
     layers = json.loads((first.spec.out / "eagle3_quant.json").read_text())["layers"]
     assert [d["quantized"] for d in layers if d["role"] == "o_proj"] == [False]
-    assert second.stages[3].status == "disabled" and hub.requests == []
+    assert {s.name: s.status for s in second.stages}["push"] == "disabled" and hub.requests == []
 
 
 @pytest.mark.slow
@@ -178,13 +178,15 @@ def test_pipeline_auto_exclude_records_threshold_and_requantizes_when_it_changes
 
     calibrate = {"data": str(chat_jsonl), "num_samples": 5, "seq_len": 48, "min_tokens": 4}
     path = write_pipeline(tmp_path, source=str(tiny_draft), target=str(tiny_target), push={"enabled": False},
-                          calibrate=calibrate, quantize={"auto_exclude": 0.9})
+                          calibrate=calibrate, quantize={"auto_exclude": 0.9},
+                          bench={"enabled": False})      # vLLM's engine is the seed pipeline test's
     first = run_pipeline(path)
     assert first.stages[1].status == "ran", first.stages[1].detail
     manifest = json.loads((tmp_path / "work" / "draft-fp8" / "eagle3_quant.json").read_text())
     assert manifest["sensitivity"]["threshold"] == 0.9
     assert run_pipeline(path).stages[1].status == "skipped"
     path = write_pipeline(tmp_path, source=str(tiny_draft), target=str(tiny_target), push={"enabled": False},
-                          calibrate=calibrate, quantize={"auto_exclude": 0.8})
+                          calibrate=calibrate, quantize={"auto_exclude": 0.8},
+                          bench={"enabled": False})
     again = run_pipeline(path)
     assert again.stages[1].status == "ran" and "auto_exclude was 0.9" in again.stages[1].detail

@@ -11,6 +11,7 @@ import yaml
 from test_calib_engine_dump import write_dump
 
 from eagle3_quant.cli.run_cmd import flag_overrides
+from eagle3_quant.engines.environment import find_engine_python
 from eagle3_quant.errors import PipelineSpecError
 from eagle3_quant.pipeline import run_pipeline
 from eagle3_quant.pipeline_spec import load_pipeline
@@ -19,6 +20,14 @@ PIPELINES = sorted((Path(__file__).resolve().parents[1] / "pipelines").glob("*.y
 SEED = {"kimi-k2.5-eagle3-fp8": ("lightseekorg/kimi-k2.5-eagle3", "moonshotai/Kimi-K2.5"),
         "kimi-k2.5-eagle3-mla-fp8": ("lightseekorg/kimi-k2.5-eagle3-mla", "moonshotai/Kimi-K2.5"),
         "minimax-m2.5-eagle3-fp8": ("thoughtworks/MiniMax-M2.5-Eagle3", "MiniMaxAI/MiniMax-M2.5")}
+
+
+def _engine_missing() -> str | None:
+    try:
+        find_engine_python()
+    except Exception as exc:  # noqa: BLE001 - EngineNotFoundError: the bench stage is skipped then
+        return str(exc)
+    return None
 
 
 def test_the_seed_pipelines_are_all_there():
@@ -90,7 +99,8 @@ def test_pipeline_imports_a_vllm_dump_and_validates_with_it(tmp_path):
     data = {"pipeline_version": 1, "source": str(PAIR / "draft"), "target": str(PAIR / "target"),
             "workdir": str(tmp_path / "w"), "push": {"enabled": False},
             "calibrate": {"from_dump": str(dump), "format": "vllm"},
-            "validate": {"gates": {"min_acceptance_ratio": 0.9}}}      # 6 samples: a wide interval
+            "validate": {"gates": {"min_acceptance_ratio": 0.9}},      # 6 samples: a wide interval
+            "bench": {"num_prompts": 4, "max_tokens": 16}}             # vLLM's engine on the set's prompts
     path = tmp_path / "p.yaml"
     path.write_text(yaml.safe_dump(data))
     first = run_pipeline(path)
@@ -101,5 +111,12 @@ def test_pipeline_imports_a_vllm_dump_and_validates_with_it(tmp_path):
 
     report = read_validation(first.spec.out)
     assert report.passed and report.metrics["acceptance_ratio"] > 0.9     # measured on the imported set
+    engine_missing = _engine_missing()
+    if engine_missing:
+        assert status["bench"].status == "skipped" and status["bench"].detail.startswith("no engine: ")
+    else:
+        assert status["bench"].status == "ran" and "acceptance ratio" in status["bench"].detail, status["bench"]
+        assert "engine_run" in (first.spec.out / "validation.json").read_text()
     again = {s.name: s for s in run_pipeline(path).stages}
     assert again["calibrate"].status == "skipped" and "imported from" in again["calibrate"].detail
+    assert engine_missing or (again["bench"].status == "skipped" and "present" in again["bench"].detail)

@@ -76,7 +76,7 @@ class Check:
     data: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "status": self.status, "detail": self.detail, **_clean(self.data)}
+        return {"name": self.name, "status": self.status, "detail": self.detail, **json_safe(self.data)}
 
 
 def passed(name: str, detail: str, **data: Any) -> Check:
@@ -140,9 +140,9 @@ class ValidationReport:
             "gates": self.gates.to_dict(),
             "gate_source": dict(self.gate_source),
             "checks": [c.to_dict() for c in self.checks],
-            "metrics": _clean(self.metrics),
-            "layers": [_clean(layer) for layer in self.layers],
-            "kernel": _clean(self.kernel),
+            "metrics": json_safe(self.metrics),
+            "layers": [json_safe(layer) for layer in self.layers],
+            "kernel": json_safe(self.kernel),
             "versions": library_versions(),
         }
 
@@ -150,14 +150,14 @@ class ValidationReport:
         return write_report(path, self.to_dict())
 
 
-def _clean(value: Any) -> Any:
+def json_safe(value: Any) -> Any:
     """JSON-safe: NaN/Inf become null (a measurement that does not exist), tuples become lists."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
+        return {k: json_safe(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_clean(v) for v in value]
+        return [json_safe(v) for v in value]
     if isinstance(value, Path):
         return str(value)
     return value

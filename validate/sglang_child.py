@@ -1,6 +1,7 @@
 """Child process of the `sglang_load` check: SGLang's own code builds and loads the draft; JSON comes back.
 
-``python -m eagle3_quant.validate.sglang_child ARTIFACT|--probe RESULT.json``. Path (SGLang 0.5.23):
+``python -m eagle3_quant.validate.sglang_child REQUEST.json RESULT.json`` (the protocol of
+``eagle3_quant/engines/runner.py``; REQUEST: ``{"artifact": PATH}`` or ``{"probe": true}``). Path (SGLang 0.5.23):
 ``ServerArgs`` + a world-size-1 gloo group -> ``ModelConfig(ARTIFACT, is_draft_model=True)`` ->
 ``_get_quantization_config`` (its ``QuarkConfig``) -> ``_initialize_model`` (``LlamaForCausalLMEagle3``) ->
 ``DefaultModelLoader.load_weights_only`` (the model's ``load_weights``) -> the parameters are compared with the
@@ -88,7 +89,9 @@ def load(artifact: str) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    artifact, result_path = argv
+    request_path, result_path = argv
+    request = json.loads(Path(request_path).read_text())
+    artifact = "--probe" if request.get("probe") else request["artifact"]
     started = time.perf_counter()
     from eagle3_quant.validate.sglang_patches import PATCHES, patch_sglang, stub_torchvision
 

@@ -19,12 +19,12 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 from eagle3_quant.validate.report import Check, failed, passed, skipped
+
+from eagle3_quant.engines.runner import ChildCommand, run_child
 
 CHECK = "sglang_load"
 LINEAR_TOLERANCE = 0.01          # max |SGLang - runtime| of a quantized linear, relative to its max |output|
@@ -76,24 +76,17 @@ def _unsupported_scheme(artifact: Path) -> str | None:
 
 
 def _child_env() -> dict:
-    env = dict(os.environ, PYTHONWARNINGS="ignore", SGLANG_LOGGING_LEVEL="error", TOKENIZERS_PARALLELISM="false")
-    env.setdefault("OMP_NUM_THREADS", "2")
-    return env
+    env = {"PYTHONWARNINGS": "ignore", "SGLANG_LOGGING_LEVEL": "error", "TOKENIZERS_PARALLELISM": "false"}
+    return env if "OMP_NUM_THREADS" in os.environ else {**env, "OMP_NUM_THREADS": "2"}
 
 
 def run_sglang(args: list[str], timeout: float = TIMEOUT_S) -> dict:
-    """Run the child with `args` + a result path; its JSON, or {"error": the end of its stderr}."""
-    with tempfile.TemporaryDirectory(prefix="eagle3-sglang-") as tmp:
-        result = Path(tmp) / "result.json"
-        try:
-            done = subprocess.run([sys.executable, "-m", CHILD, *args, str(result)], capture_output=True, text=True,
-                                  timeout=timeout, env=_child_env())
-        except subprocess.TimeoutExpired:
-            return {"error": f"SGLang's loader did not finish within {timeout:.0f} s"}
-        if done.returncode != 0 or not result.exists():
-            lines = [x for x in done.stderr.strip().splitlines() if x.strip()]
-            return {"error": " | ".join(lines[-3:]) or f"exit status {done.returncode}"}
-        return json.loads(result.read_text())
+    """Run the child on one artifact folder (`args` = [ARTIFACT]) or ``["--probe"]``; its JSON, or {"error": one
+    line}."""
+    command = ChildCommand(sys.executable, CHILD, name="SGLang's loader", env=_child_env())
+    request = {"probe": True} if args == ["--probe"] else {"artifact": args[0]}
+    run = run_child(command, request, timeout_s=timeout)
+    return run.result if run.ok else {"error": run.error}
 
 
 def problems(result: dict) -> list[str]:

@@ -12,20 +12,19 @@ replaced by a causal attention with fp32 scores; the report says so, see vllm_ha
 from __future__ import annotations
 
 import importlib.util
-import json
-import os
-import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from eagle3_quant.validate.report import Check, failed, passed, skipped
 
+from eagle3_quant.engines.runner import ChildCommand, run_child
+
 CHECK_NAME = "vllm_load"
 QUANTIZED_METHODS = ("QuarkLinearMethod",)
 MAX_RELATIVE_DLOGIT = 0.01     # max |dlogit| / max |logit| between vLLM's forward and the runtime
 MIN_TOP1 = 0.95
+WORKER = "eagle3_quant.validate.vllm_worker"      # runs in this interpreter: the package and vLLM 0.33 --no-deps
 MX_NOTE = "; MX GEMMs: vLLM's emulation kernels (dequantize + F.linear), not the gfx950 MX GEMM"
 
 
@@ -58,21 +57,12 @@ def run_vllm_load_many(artifacts: list[str | Path], options: VllmLoadOptions | N
     request = {"artifacts": paths, "calib": str(options.calib) if options.calib else None,
                "positions": options.positions, "samples": options.samples, "seed": options.seed,
                "target_layers": options.target_layers}
-    env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu", "VLLM_LOGGING_LEVEL": "ERROR", "TOKENIZERS_PARALLELISM": "false"}
-    with tempfile.TemporaryDirectory(prefix="e3q-vllm-load-") as tmp:
-        req, res = Path(tmp) / "request.json", Path(tmp) / "result.json"
-        req.write_text(json.dumps(request, allow_nan=False))
-        error = None
-        try:
-            proc = subprocess.run([sys.executable, "-m", "eagle3_quant.validate.vllm_worker", str(req), str(res)],
-                                  env=env, cwd=tmp, capture_output=True, text=True,
-                                  timeout=options.timeout_s * len(paths))
-            tail = (proc.stderr or proc.stdout or "").strip().splitlines()[-3:]
-            error = f"the vLLM worker exited with status {proc.returncode}: {' | '.join(tail)}"
-        except subprocess.TimeoutExpired:
-            error = f"vLLM's loader did not finish within {options.timeout_s:.0f} s per artifact"
-        results = json.loads(res.read_text()) if res.is_file() else {}
-        return [results.get(p, {"ok": False, "error": error}) for p in paths]
+    env = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_LOGGING_LEVEL": "ERROR", "TOKENIZERS_PARALLELISM": "false"}
+    command = ChildCommand(sys.executable, WORKER, name="the vLLM worker", env=env)
+    run = run_child(command, request, timeout_s=options.timeout_s * len(paths))
+    results = run.result or {}      # the worker writes each artifact's result as it finishes
+    return [results.get(p, {"ok": False, "error": run.error or "the vLLM worker wrote no result for it"})
+            for p in paths]
 
 
 def linear_problems(result: dict) -> list[str]:

@@ -18,7 +18,7 @@ def run_command(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Push as a dry run (prints, sends nothing).")] = False,
     no_push: Annotated[bool, typer.Option("--no-push", help="Stop after validation.")] = False,
 ) -> None:
-    """Run calibrate -> quantize -> validate -> push from one file; stages whose output is valid are skipped."""
+    """Run calibrate -> quantize -> validate -> bench -> push from one file; stages with valid output are skipped."""
     from eagle3_quant.cli.render_publish import print_pipeline
     from eagle3_quant.pipeline import run_pipeline
 

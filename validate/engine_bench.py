@@ -1,0 +1,248 @@
+"""`bench_draft` (`eagle3-quant bench`): the target runs in vLLM's real serving engine three ways on the same prompts
+- no draft, the BF16 reference draft, the artifact - greedy, and vLLM's own spec-decode counters say how well each
+draft drafts. Beside them: whether greedy output with each draft equals the output without one (lossless), the
+offline prediction of `validate` on the same prompts and continuations, and tokens/s.
+
+The engine runs in its own environment and process (``eagle3_quant/engines/runner.py``, ``environment.py``); the
+child is ``eagle3_quant/engines/vllm_bench_child.py``, one per draft. Everything that cannot work is refused in one
+line before any engine starts: a target the draft does not fit, no engine environment, a scheme the engine cannot
+load. Writes ``OUT/bench.json`` (atomically, at the end; no local paths) and the ``engine_run`` of OUT's validation
+report when that report is about the same files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from eagle3_quant.calib.target import TargetSpec, check_target, read_target
+from eagle3_quant.validate.bench_options import BenchOptions
+from eagle3_quant.validate.engine_bench_prompts import load_prompts
+from eagle3_quant.validate.engine_bench_stats import (
+    EngineAcceptance,
+    EngineRatio,
+    engine_acceptance,
+    lossless,
+    paired_ratio,
+    prompt_counts,
+    throughput,
+)
+from eagle3_quant.validate.gate_choice import artifact_scheme
+from eagle3_quant.validate.report import json_safe
+from eagle3_quant.validate.structure import read_artifact, read_reference
+
+from eagle3_quant.engines.environment import CHILDREN, EngineInfo, EnginePython, find_engine_python, probe_engine
+from eagle3_quant.engines.runner import ChildCommand, run_child
+from eagle3_quant.errors import DraftFormatError, EngineError, OptionsError
+from eagle3_quant.options import build_options
+from eagle3_quant.records.evidence import BENCH_NAME, artifact_digests
+from eagle3_quant.records.public_names import public_name
+from eagle3_quant.records.validation_report import engine_run_of, record_engine_run
+from eagle3_quant.schemes import SCHEMES
+from eagle3_quant.util.outdir import scratch_for
+from eagle3_quant.util.progress import SILENT, Progress
+
+BENCH_VERSION = 1
+DRAFTS = ("none", "reference", "artifact")
+CPU_ENV = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "1",
+           "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
+CPU_SPEED_NOTE = ("measured on a CPU: FP8 is emulated there and a CPU's cost per step is not a GPU's, so these "
+                  "tokens/s and speedups say nothing about serving speed on a GPU")
+SWEEP_SKIPPED = ("{engine}: throughput and TPOT on a CPU say nothing about serving on a GPU; not run. Run bench "
+                 "--concurrency on a GPU machine, with --engine-python pointing at its vLLM")
+
+
+@dataclass(frozen=True)
+class BenchResult:
+    """What `bench_draft` measured; `report` is bench.json's content."""
+
+    path: Path                                    # OUT/bench.json
+    engine: EngineInfo
+    acceptance: dict[str, EngineAcceptance]       # "reference", "artifact": vLLM's own counters
+    ratio: EngineRatio                            # artifact / reference, paired bootstrap over prompts
+    lossless: bool                                # every greedy output with either draft equals the no-draft one
+    predicted: dict | None                        # validate's offline prediction on the same sequences
+    validation_note: str | None                   # None: engine_run recorded in validation.json; else why not
+    report: dict[str, Any]
+
+
+def engine_refusal(info: EngineInfo, scheme: str | None) -> str | None:
+    """Why this engine cannot load an artifact of `scheme` (None: it can, or the scheme is not ours to judge)."""
+    known = SCHEMES.get(scheme) if scheme else None
+    if known is None:
+        return None
+    why = known.why_not("vllm")
+    if why:
+        return why
+    if known.mx and info.cpu:
+        return (f"{info.distribution} {info.version} on a CPU cannot run {scheme}: vLLM lists no MXFP4/MXFP6 linear "
+                "kernel for its CPU platform (vllm/model_executor/kernels/linear); run bench on a GPU with "
+                "--engine-python")
+    return None
+
+
+def _command(python: EnginePython, info: EngineInfo) -> ChildCommand:
+    env = {key: os.environ.get(key, value) for key, value in CPU_ENV.items()} if info.cpu else {}
+    return ChildCommand(python.path, CHILDREN / "vllm_bench_child.py", name=f"vLLM ({info.distribution} "
+                        f"{info.version})", env=env, unset=("PYTHONPATH",))
+
+
+def _requests(opts: BenchOptions, target: TargetSpec, drafts: dict[str, Path | None], prompts: list[list[int]],
+              sweep: dict | None) -> dict[str, dict]:
+    longest = max(len(p) for p in prompts) + opts.max_tokens + opts.k + 16
+    if sweep:
+        longest = max(longest, opts.input_len + opts.output_len + opts.k + 16)
+    return {name: {"target": target.name, "draft": str(draft) if draft else None, "k": opts.k, "dtype": opts.dtype,
+                   "prompts": prompts, "max_tokens": opts.max_tokens, "max_model_len": longest,
+                   "max_num_seqs": max(opts.max_num_seqs, *opts.concurrency) if sweep else opts.max_num_seqs,
+                   "seed": opts.seed, "sweep": sweep}
+            for name, draft in drafts.items()}
+
+
+def _check_inputs(opts: BenchOptions, out: Path):
+    art = read_artifact(out)
+    reference = read_reference(opts.reference, out)
+    if reference is None:
+        raise DraftFormatError("no BF16 reference draft: the source recorded at quantization is gone", path=out,
+                               field="reference", hint="pass --reference with the BF16 draft")
+    if not opts.target:
+        raise OptionsError("bench runs the target in vLLM: name it", field="target", hint="pass --target")
+    target = read_target(opts.target)
+    check_target(target, art.config, str(out))
+    check_target(target, reference.config, str(reference.path))
+    return art, reference, target
+
+
+def sweep_section(opts: BenchOptions, info: EngineInfo, runs: dict[str, dict]) -> dict[str, Any]:
+    """`concurrency_sweep`: not requested; skipped on a CPU engine, with the reason; else the measured points."""
+    if not opts.concurrency:
+        return {"status": "not requested"}
+    if info.cpu:
+        return {"status": "skipped", "reason": SWEEP_SKIPPED.format(engine=info.describe())}
+    return {"status": "measured", "input_len": opts.input_len, "output_len": opts.output_len,
+            "prompts": "bench prompts laid end to end, cut to input_len", "points": _sweep_table(runs)}
+
+
+def _sweep_table(runs: dict[str, dict]) -> list[dict]:
+    rows = []
+    for index, point in enumerate(runs["none"]["sweep"]):
+        row = {"concurrency": point["concurrency"]}
+        for name in DRAFTS:
+            measured = runs[name]["sweep"][index]
+            row[name] = {"output_tokens_per_s": measured["output_tokens_per_s"], "tpot_ms": measured["tpot_ms"]}
+        for name in ("reference", "artifact"):
+            base, mine = point["output_tokens_per_s"], row[name]["output_tokens_per_s"]
+            row[name]["speedup"] = mine / base if base and mine else None
+        rows.append(row)
+    return rows
+
+
+def bench_draft(out: str | Path, options: BenchOptions | None = None, *, progress: Progress = SILENT,
+                **overrides) -> BenchResult:
+    """Run OUT, its BF16 reference and no draft in vLLM's engine on the same prompts; write OUT/bench.json.
+
+    `options`: a `BenchOptions` (target, reference, prompts, num_prompts, max_tokens, k, engine_python, dtype,
+    predict, concurrency, ...); keywords override its fields. Bad input raises an `Eagle3QuantError` before any
+    engine starts; an engine that fails or times out raises `EngineError`; Ctrl-C ends the engine's processes."""
+    started = time.perf_counter()
+    opts = build_options(BenchOptions, options, overrides)
+    out = Path(out).expanduser().resolve()
+    art, reference, target = _check_inputs(opts, out)
+    python = find_engine_python(opts.engine_python)
+    info = probe_engine(python)
+    scheme = artifact_scheme(out, art.quant_config)
+    refusal = engine_refusal(info, scheme)
+    if refusal:
+        raise EngineError(refusal, path=out)
+    prompts, prompt_source = load_prompts(opts, target)
+    files = artifact_digests(out)
+    sweep = None
+    if opts.concurrency and not info.cpu:
+        sweep = {"concurrency": list(opts.concurrency), "input_len": opts.input_len, "output_len": opts.output_len}
+    drafts = {"none": None, "reference": reference.path, "artifact": out}
+    command = _command(python, info)
+    runs = {}
+    for name, request in _requests(opts, target, drafts, prompts, sweep).items():
+        progress.say(f"vLLM {info.version} on {info.device}: {len(prompts)} prompts x {opts.max_tokens} tokens, "
+                     f"draft: {name}")
+        runs[name] = run_child(command, request, opts.timeout_s).checked()
+    k = opts.k
+    counts = {name: prompt_counts(runs[name]["per_request"], k) for name in ("reference", "artifact")}
+    acceptance = {name: engine_acceptance(runs[name]["counters"], counts[name], k) for name in counts}
+    ratio = paired_ratio(counts["reference"], counts["artifact"], opts.seed)
+    same = {name: lossless(runs[name]["outputs"], runs["none"]["outputs"]) for name in ("reference", "artifact")}
+    predicted = None
+    if opts.predict:
+        progress.say("offline prediction (validate) on the same prompts and the engine's continuations")
+        predicted = _prediction(out, reference.path, target, art.config, prompts, runs["none"]["outputs"], opts,
+                                ratio)
+    report = _report(opts, info, target, reference.path, prompt_source, prompts, runs, acceptance, ratio, same,
+                     predicted, files, time.perf_counter() - started)
+    path = _write_json(out / BENCH_NAME, report)
+    note = record_engine_run(out, json_safe(engine_run_of(report)), files)
+    return BenchResult(path, info, acceptance, ratio, all(s["lossless"] for s in same.values()), predicted, note,
+                       report)
+
+
+def _prediction(out: Path, reference: Path, target: TargetSpec, config, prompts, continuations, opts: BenchOptions,
+                ratio: EngineRatio) -> dict:
+    from eagle3_quant.validate.engine_bench_predict import predict
+
+    with scratch_for(out, "bench") as scratch:
+        predicted = predict(out, reference, target, config, prompts, continuations, opts.k, opts.device, scratch)
+    if predicted["acceptance_ratio"] is not None:
+        low, high = predicted["interval"]
+        predicted["engine_minus_predicted"] = ratio.ratio - predicted["acceptance_ratio"]
+        predicted["intervals_overlap"] = ratio.low <= high and low <= ratio.high
+    return predicted
+
+
+def _report(opts: BenchOptions, info: EngineInfo, target: TargetSpec, reference: Path, prompt_source: str,
+            prompts: list[list[int]], runs: dict[str, dict], acceptance: dict[str, EngineAcceptance],
+            ratio: EngineRatio, same: dict[str, dict], predicted: dict | None, files: dict[str, str],
+            seconds: float) -> dict:
+    speed = {name: throughput(runs[name]) for name in DRAFTS}
+    substituted = {op: row for name in DRAFTS for op, row in runs[name].get("substituted_ops", {}).items()
+                   if row["calls"]}
+    calls = {op: sum(runs[name].get("substituted_ops", {}).get(op, {}).get("calls", 0) for name in DRAFTS)
+             for op in substituted}
+    sweep = sweep_section(opts, info, runs)
+    return {
+        "bench_version": BENCH_VERSION,
+        "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "artifact_files": files,
+        "engine": {**info.to_dict(), "dtype": opts.dtype, "device_kind": "cpu" if info.cpu else "gpu"},
+        "target": public_name(target.name), "reference": public_name(str(reference)),
+        "prompts": {"source": prompt_source, "count": len(prompts), "max_tokens": opts.max_tokens,
+                    "tokens": sum(len(p) for p in prompts)},
+        "k": opts.k, "sampling": "greedy (temperature 0, ignore_eos)",
+        "acceptance": {name: a.to_dict() for name, a in acceptance.items()},
+        "acceptance_ratio": ratio.to_dict(),
+        "lossless": {"lossless": all(s["lossless"] for s in same.values()), **same},
+        "predicted": predicted,
+        "speed": {"tokens_per_s": speed,
+                  "speedup_over_no_draft": {n: speed[n] / speed["none"] if speed[n] and speed["none"] else None
+                                            for n in ("reference", "artifact")},
+                  "load_s": {name: runs[name]["load_s"] for name in DRAFTS},
+                  "meaningful_for_gpu": not info.cpu, **({"note": CPU_SPEED_NOTE} if info.cpu else {})},
+        "substituted_ops": {op: {"why": row["why"], "calls": calls[op],
+                                 "with": "torch code doing the CUDA kernel's math (vllm_bench_child.py)"}
+                            for op, row in substituted.items()},
+        "concurrency_sweep": sweep,
+        "wall_s": seconds,
+    }
+
+
+def _write_json(path: Path, data: dict) -> Path:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        tmp.write_text(json.dumps(json_safe(data), indent=2, allow_nan=False) + "\n")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path

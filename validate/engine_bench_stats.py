@@ -1,0 +1,111 @@
+"""What `bench` makes of vLLM's own numbers: acceptance per draft, the artifact/reference ratio with a paired
+bootstrap interval over prompts, losslessness of greedy outputs, and tokens/s.
+
+vLLM counts, per verify step, how many of the k drafted tokens were accepted. Its engine-wide counters
+(``vllm:spec_decode_num_drafts``, ``..._num_accepted_tokens``, ``..._num_accepted_tokens_per_pos``) give the
+acceptance length ``1 + accepted / drafts`` and the per-position rates ``accepted_at_i / drafts``; each request's
+``spec_decode_metrics`` histogram (steps by accepted count j) gives the same per prompt, which the bootstrap
+resamples. The two are checked against each other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+BOOTSTRAP_RESAMPLES = 2000
+CONFIDENCE = 0.95
+
+
+@dataclass(frozen=True)
+class PromptCounts:
+    """One prompt's verify steps and accepted draft tokens, and its steps whose first i+1 drafts were accepted."""
+
+    drafts: int
+    accepted: int
+    at_position: tuple[int, ...]
+
+
+def prompt_counts(per_request: list[dict | None], k: int) -> list[PromptCounts]:
+    """From each request's histogram (index j: verify steps with j drafts accepted)."""
+    counts = []
+    for row in per_request:
+        histogram = list((row or {}).get("histogram") or [0] * (k + 1))
+        histogram += [0] * (k + 1 - len(histogram))
+        counts.append(PromptCounts(sum(histogram), sum(j * n for j, n in enumerate(histogram)),
+                                   tuple(sum(histogram[i + 1:]) for i in range(k))))
+    return counts
+
+
+@dataclass(frozen=True)
+class EngineAcceptance:
+    """vLLM's own acceptance of one draft over every prompt of a run."""
+
+    drafts: int                      # verify steps (vLLM's num_drafts)
+    draft_tokens: int                # tokens proposed
+    accepted: int
+    acceptance_length: float         # 1 + accepted / drafts
+    per_position: tuple[float, ...]  # accepted at position i / drafts
+    counters_agree: bool             # the per-request histograms sum to the engine-wide counters
+
+    def to_dict(self) -> dict:
+        return {"acceptance_length": self.acceptance_length, "per_position": list(self.per_position),
+                "drafts": self.drafts, "draft_tokens": self.draft_tokens, "accepted_tokens": self.accepted,
+                "per_request_counts_match_counters": self.counters_agree}
+
+
+def engine_acceptance(counters: dict, prompts: list[PromptCounts], k: int) -> EngineAcceptance:
+    drafts, accepted = int(counters["drafts"]), int(counters["accepted"])
+    per_pos = list(counters.get("accepted_per_position") or [])[:k]
+    agree = (sum(p.drafts for p in prompts) == drafts and sum(p.accepted for p in prompts) == accepted
+             and [sum(p.at_position[i] for p in prompts) for i in range(k)] == per_pos)
+    length = 1.0 + accepted / drafts if drafts else float("nan")
+    rates = tuple(n / drafts if drafts else float("nan") for n in per_pos)
+    return EngineAcceptance(drafts, int(counters["draft_tokens"]), accepted, length, rates, agree)
+
+
+@dataclass(frozen=True)
+class EngineRatio:
+    ratio: float
+    low: float
+    high: float
+    confidence: float = CONFIDENCE
+    resamples: int = BOOTSTRAP_RESAMPLES
+
+    def to_dict(self) -> dict:
+        return {"ratio": self.ratio, "interval": [self.low, self.high], "confidence": self.confidence,
+                "method": f"paired bootstrap over prompts ({self.resamples} resamples)"}
+
+
+def _lengths(prompts: list[PromptCounts], picks: torch.Tensor) -> torch.Tensor:
+    drafts = torch.tensor([p.drafts for p in prompts], dtype=torch.float64)
+    accepted = torch.tensor([p.accepted for p in prompts], dtype=torch.float64)
+    return 1.0 + accepted[picks].sum(-1) / drafts[picks].sum(-1)
+
+
+def paired_ratio(reference: list[PromptCounts], candidate: list[PromptCounts], seed: int = 0) -> EngineRatio:
+    """Acceptance length candidate / reference; prompts are resampled whole, the same prompts for both drafts
+    (each draft's verify steps differ in number, so each length is recomputed from its own sums)."""
+    everything = torch.arange(len(reference))
+    ratio = float(_lengths(candidate, everything) / _lengths(reference, everything))
+    gen = torch.Generator().manual_seed(seed)
+    picks = torch.randint(0, len(reference), (BOOTSTRAP_RESAMPLES, len(reference)), generator=gen)
+    boot = _lengths(candidate, picks) / _lengths(reference, picks)
+    tail = (1 - CONFIDENCE) / 2
+    low, high = torch.quantile(boot, torch.tensor([tail, 1 - tail], dtype=torch.float64)).tolist()
+    return EngineRatio(ratio, low, high)
+
+
+def lossless(outputs: list[list[int]], baseline: list[list[int]]) -> dict:
+    """Greedy output with a draft against the output without one, token for token, per sequence."""
+    equal = [a == b for a, b in zip(outputs, baseline, strict=True)]
+    first = next((i for i, same in enumerate(equal) if not same), None)
+    return {"lossless": all(equal), "equal_sequences": sum(equal), "sequences": len(equal),
+            "first_differing_prompt": first}
+
+
+def throughput(run: dict) -> float | None:
+    """Generated tokens per second of the generate call (load excluded)."""
+    seconds = run.get("generate_s")
+    return run["generated_tokens"] / seconds if seconds else None
