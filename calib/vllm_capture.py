@@ -40,10 +40,11 @@ from eagle3_quant.engines.environment import (
     probe_engine,
 )
 from eagle3_quant.engines.runner import ChildCommand, run_child
-from eagle3_quant.errors import CalibrationDataError
+from eagle3_quant.errors import CalibrationDataError, EngineError
 from eagle3_quant.util.progress import Progress
 
 MANIFEST = "export.json"
+ENGINE_LOG = "engine.log"         # the engine's last log lines, kept when it fails
 POLL_S = 1.0
 
 
@@ -133,9 +134,14 @@ def _run_engine(engine: VllmEngine, spec, taps: tuple[int, ...], dtype: str, opt
     counter = _Counter(folder, {i: len(p) + opts.generate_tokens for i, p in needed.items()}, advance)
     counter.start()
     try:
-        result = run_child(command, request, opts.engine_timeout).checked()
+        run = run_child(command, request, opts.engine_timeout)
     finally:
         counter.stop()
+    if not run.ok:
+        log = folder / ENGINE_LOG
+        log.write_text(run.stderr_tail + "\n")
+        raise EngineError(run.error, hint=f"the engine's last log lines: {log}")
+    result = run.checked()
     for name, why in result.get("workarounds", {}).items():
         progress.say(f"vLLM workaround {name}: {why}")
     return float(result["generate_s"])

@@ -145,6 +145,9 @@ def test_engine_crash_and_timeout_one_line_no_out_no_process(tmp_path, heldout_t
     out = tmp_path / "cal"
     line = refused(cli(out, heldout_text, "--engine-python", str(engine), "--engine-timeout", timeout), capsys)
     assert expected in line and line.startswith("error: vLLM (vllm 0.0+stand-in)"), line
+    log = export_dir(out) / "engine.log"
+    assert line.endswith(f"(the engine's last log lines: {log})")
+    assert mode != "crash" or "Traceback" in log.read_text() and expected in log.read_text()
     assert not out.exists()
     assert [alive(int(pid)) for pid in pids.read_text().split()] == [False]
 
