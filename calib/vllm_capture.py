@@ -128,7 +128,7 @@ def _run_engine(engine: VllmEngine, spec, taps: tuple[int, ...], dtype: str, opt
     command = ChildCommand(engine.python.path, CHILDREN / "vllm_export_child.py",
                            name=f"vLLM ({engine.info.distribution} {engine.info.version})",
                            env=engine_env(engine.info), unset=("PYTHONPATH",))
-    progress.say(f"vLLM {engine.info.describe()}: {len(needed)} prompts in one batch, hidden_states{list(taps)}, "
+    progress.say(f"{engine.info.describe()}: {len(needed)} prompts in one batch, hidden_states{list(taps)}, "
                  f"tensor parallel {opts.tensor_parallel_size}, pipeline parallel {opts.pipeline_parallel_size}"
                  + (", expert parallel" if opts.enable_expert_parallel else ""))
     counter = _Counter(folder, {i: len(p) + opts.generate_tokens for i, p in needed.items()}, advance)

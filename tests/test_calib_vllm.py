@@ -172,7 +172,8 @@ def test_a_killed_engine_run_resumes_with_the_prompts_it_had_not_finished(tmp_pa
     out = tmp_path / "cal"
     dying, _, asked_first = stand_in(tmp_path, "die-after-one")
     refused(cli(out, heldout_text, "--engine-python", str(dying)), capsys)
-    assert sorted(p.name for p in export_dir(out).iterdir()) == ["000000.json", "000000.safetensors", "export.json"]
+    assert sorted(p.name for p in export_dir(out).iterdir()) == ["000000.json", "000000.safetensors", "engine.log",
+                                                                 "export.json"]
     finishing, _, asked_then = stand_in(tmp_path, "finish")
     main_exit = None
     try:
