@@ -52,6 +52,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-breakdown", action="store_true", help="skip the per-stage timing run")
     parser.add_argument("--no-extras", action="store_true",
                         help="skip --help/inspect timing, the quark.torch import timing and throughput")
+    parser.add_argument("--no-engine", action="store_true",
+                        help="skip the extra that runs vLLM's engine (calibrate --backend vllm beside transformers)")
     args = parser.parse_args(argv)
     args.shapes = [s.strip() for s in args.shapes.split(",") if s.strip()]
     unknown = [s for s in args.shapes if s not in BENCH_SHAPES]
@@ -163,6 +165,11 @@ def bench_calib_capture() -> list[dict[str, Any]]:
     return runs
 
 
+def bench_calib_backends() -> dict[str, Any]:
+    """Calibration tokens/s with the target in transformers and in vLLM's engine, on the tiny real pair."""
+    return parse_last_json(run_measured([PYTHON, "-m", "bench.calib_backends"], cwd=REPO).stdout)
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     started = time.perf_counter()
@@ -181,6 +188,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         results["quark_import"] = bench_quark_import(args.repeat or 3)
         results["throughput"] = bench_throughput(args.shapes, args.cache)
         results["calib_capture"] = bench_calib_capture()
+        if not args.no_engine:
+            results["calib_backends"] = bench_calib_backends()
         results["auto_choice"] = bench_auto_choice(args.cache)
     results["targets"] = check_targets(results)
     results["machine"]["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]

@@ -81,6 +81,8 @@ def format_extras(results: dict[str, Any]) -> str:
         lines.append(f"draft forward throughput: {tp}")
     for run in results.get("calib_capture", []):
         lines.append(format_capture(run))
+    if "calib_backends" in results:
+        lines.append(format_backends(results["calib_backends"]))
     for name, t in results.get("targets", {}).items():
         lines.append(f"target {name} <= {t['limit']}: {t['value']:.3f} -> {'met' if t['met'] else 'NOT met'}")
     return "\n".join(lines)
@@ -96,3 +98,20 @@ def format_capture(run: dict[str, Any]) -> str:
             f"threads): {run['tokens_per_s']:.0f} tokens/s vs bare transformers {run['bare_tokens_per_s']:.0f} "
             f"tokens/s = x{ratio:.2f} (goal >= {run['goal']}: {verdict})"
             + (f"; rounds x{spread['min']:.2f}..x{spread['max']:.2f}" if (spread := run.get("ratio_spread")) else ""))
+
+
+def format_backends(run: dict[str, Any]) -> str:
+    """One line: calibrate's tokens/s with the target in transformers and in vLLM's engine, and how far apart."""
+    def side(name: str) -> str:
+        got = run[name]
+        if "skipped" in got:
+            return f"{name} skipped ({got['skipped']})"
+        engine = f" ({got['engine']})" if "engine" in got else ""
+        return (f"{name}{engine} {got['tokens_per_s']:.0f} tokens/s ({got['end_to_end_tokens_per_s']:.0f} end to "
+                f"end, load included)")
+
+    diff = run.get("difference")
+    apart = (f"; tokens {'equal' if diff['tokens_equal'] else 'DIFFER'}, max |state diff| "
+             f"{diff['max_abs_state_diff']:.2g}" if diff else "")
+    return (f"calibrate backends (tiny pair, {run['samples']} prompts, <= {run['seq_len']} tokens with "
+            f"{run['generate_tokens']} generated, {run['dtype']}): {side('transformers')}, {side('vllm')}{apart}")

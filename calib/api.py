@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from eagle3_quant.calib.backends import Backend
 from eagle3_quant.calib.engine_taps import TapRecord, capture_taps
 from eagle3_quant.calib.format import CalibrationInfo, load_calibration
 from eagle3_quant.calib.options import CalibrationOptions
@@ -13,6 +14,7 @@ from eagle3_quant.calib.result import CalibrationResult, estimate_bytes, set_byt
 from eagle3_quant.calib.staging import ResumableOutput, check_inputs_apart, finished_set
 from eagle3_quant.calib.taps import Taps
 from eagle3_quant.calib.target import check_target, load_model, load_tokenizer, read_target
+from eagle3_quant.calib.vllm_capture import capture_with_vllm, find_vllm, with_engine
 
 from eagle3_quant.options import build_options
 from eagle3_quant.reading.draft import read_draft
@@ -30,10 +32,12 @@ def calibrate_target(target: str | Path, draft: str | Path, data: str | Path, ou
     """Capture what DRAFT receives from TARGET on prompts from DATA into the calibration set OUT.
 
     `options`: a `CalibrationOptions` (num_samples, seq_len, seed, column, generate_tokens, tap_convention,
-    aux_layer_ids, dtype, trust_remote_code, force, revision, ...); keywords override its fields. Re-running the
+    aux_layer_ids, dtype, trust_remote_code, force, revision, backend, ...); keywords override its fields. With
+    backend "vllm" the target runs in vLLM's engine (`vllm_capture.py`), else in transformers here. Re-running the
     same call after a kill resumes; OUT appears only when complete. `progress` receives the plan and the counts."""
     started = time.perf_counter()
     opts = build_options(CalibrationOptions, options, overrides)
+    engine = find_vllm(opts.engine_python) if opts.backend == Backend.vllm else None   # refused before any work
     force = opts.force
     out = Path(out).expanduser().resolve()
     draft_ckpt = read_draft(draft, opts.revision)
@@ -49,6 +53,7 @@ def calibrate_target(target: str | Path, draft: str | Path, data: str | Path, ou
     dtype = spec.dtype if opts.dtype == "auto" else opts.dtype
     info = _info(spec.name, draft_ckpt.source.describe(), taps, record, spec.hidden_size, dtype, prompt_spec,
                  prompts.column.name, prompts.fingerprint())
+    info = with_engine(info, engine) if engine else info
 
     done = finished_set(out, info, force)
     if done is not None:
@@ -62,8 +67,12 @@ def calibrate_target(target: str | Path, draft: str | Path, data: str | Path, ou
         resumed = writer.count
         est_bytes = estimate_bytes(max_tokens, spec.hidden_size, dtype, len(taps.indices))
         progress.say(_plan_text(spec, taps, record, prompts, max_tokens, est_bytes, resumed, target_output.staging))
-        captured = _capture(spec, taps, dtype, opts, tokenizer, prompts.prompts[resumed:], writer, progress,
-                            len(prompts.prompts), resumed)
+        if engine:
+            captured = capture_with_vllm(engine, out, spec, taps.indices, dtype, opts, tokenizer,
+                                         prompts.prompts[resumed:], writer, progress, len(prompts.prompts), resumed)
+        else:
+            captured = _capture(spec, taps, dtype, opts, tokenizer, prompts.prompts[resumed:], writer, progress,
+                                len(prompts.prompts), resumed)
         target_output.finish(writer)
     finally:
         target_output.close()

