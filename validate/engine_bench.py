@@ -36,7 +36,14 @@ from eagle3_quant.validate.gate_choice import artifact_scheme
 from eagle3_quant.validate.report import json_safe
 from eagle3_quant.validate.structure import read_artifact, read_reference
 
-from eagle3_quant.engines.environment import CHILDREN, EngineInfo, EnginePython, find_engine_python, probe_engine
+from eagle3_quant.engines.environment import (
+    CHILDREN,
+    EngineInfo,
+    EnginePython,
+    engine_env,
+    find_engine_python,
+    probe_engine,
+)
 from eagle3_quant.engines.runner import ChildCommand, run_child
 from eagle3_quant.errors import DraftFormatError, EngineError, OptionsError
 from eagle3_quant.options import build_options
@@ -49,8 +56,6 @@ from eagle3_quant.util.progress import SILENT, Progress
 
 BENCH_VERSION = 1
 DRAFTS = ("none", "reference", "artifact")
-CPU_ENV = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "1",
-           "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
 CPU_SPEED_NOTE = ("measured on a CPU: FP8 is emulated there and a CPU's cost per step is not a GPU's, so these "
                   "tokens/s and speedups say nothing about serving speed on a GPU")
 SWEEP_SKIPPED = ("{engine}: throughput and TPOT on a CPU say nothing about serving on a GPU; not run. Run bench "
@@ -87,9 +92,8 @@ def engine_refusal(info: EngineInfo, scheme: str | None) -> str | None:
 
 
 def _command(python: EnginePython, info: EngineInfo) -> ChildCommand:
-    env = {key: os.environ.get(key, value) for key, value in CPU_ENV.items()} if info.cpu else {}
     return ChildCommand(python.path, CHILDREN / "vllm_bench_child.py", name=f"vLLM ({info.distribution} "
-                        f"{info.version})", env=env, unset=("PYTHONPATH",))
+                        f"{info.version})", env=engine_env(info), unset=("PYTHONPATH",))
 
 
 def _requests(opts: BenchOptions, target: TargetSpec, drafts: dict[str, Path | None], prompts: list[list[int]],

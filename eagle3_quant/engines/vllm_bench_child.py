@@ -21,11 +21,12 @@ or missing, and the result names each one supplied and how often vLLM called it.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
-import traceback
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from child_protocol import serve  # noqa: E402  (run by path: the folder beside this file)
 
 FP8_MAX = 448.0
 
@@ -159,26 +160,5 @@ def run(request: dict) -> dict:
     return result
 
 
-def _one_line(exc: BaseException) -> str:
-    return " ".join(f"{type(exc).__name__}: {exc}".split())[:400]
-
-
-def main(argv: list[str]) -> int:
-    request_path, result_path = argv
-    with open(request_path) as fh:
-        request = json.load(fh)
-    try:
-        result, code = run(request), 0
-    except Exception as exc:  # noqa: BLE001 - the parent gets one line, the traceback goes to stderr
-        traceback.print_exc()
-        result, code = {"error": f"vLLM failed: {_one_line(exc)}"}, 3
-    with open(result_path + ".tmp", "w") as fh:
-        json.dump(result, fh)
-    os.replace(result_path + ".tmp", result_path)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)           # vLLM's atexit handlers can hang on a CPU box: the parent ends the tree anyway
-
-
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    serve(run, "vLLM")
