@@ -182,7 +182,7 @@ def _states(folder: Path, i: int) -> Path:
 def _open_export(folder: Path, info: CalibrationInfo) -> Path:
     """The engine folder of this set: kept when made with the same options, else cleared."""
     manifest = folder / MANIFEST
-    wanted = json.loads(json.dumps(dataclasses.asdict(info)))
+    wanted = json.loads(json.dumps(dataclasses.asdict(info), allow_nan=False))
     try:
         same = json.loads(manifest.read_text()) == wanted
     except (OSError, ValueError):
@@ -190,7 +190,7 @@ def _open_export(folder: Path, info: CalibrationInfo) -> Path:
     if not same:
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True)
-        manifest.write_text(json.dumps(wanted, indent=2) + "\n")
+        manifest.write_text(json.dumps(wanted, indent=2, allow_nan=False) + "\n")
     return folder
 
 

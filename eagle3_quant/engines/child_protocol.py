@@ -25,7 +25,7 @@ def one_line(exc: BaseException) -> str:
 def write_json(path: str, value) -> None:
     """Written under a temporary name and renamed: a reader never sees half a file."""
     with open(path + ".tmp", "w") as fh:
-        json.dump(value, fh)
+        json.dump(value, fh, allow_nan=False)
     os.replace(path + ".tmp", path)
 
 

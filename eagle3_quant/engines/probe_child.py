@@ -50,7 +50,7 @@ def main(argv: list[str]) -> int:
     torch_version, device = _torch_and_device()
     result = {"vllm": _engine(), "torch": torch_version, "device": device, "python": platform.python_version()}
     with open(argv[1], "w") as fh:
-        json.dump(result, fh)
+        json.dump(result, fh, allow_nan=False)
     return 0
 
 
