@@ -77,4 +77,6 @@ def print_sensitivity(report) -> None:
                       f"{g.disagreement:.2%}", f"{g.kl:.3g}",
                       f"{g.target_agreement:.2%} ({g.target_agreement - report.baseline_target_agreement:+.2%})")
     console.print(table)
+    console.print(f"computed with {report.prediction['engine']}'s numerics in {report.prediction['compute_dtype']}"
+                  f" ({report.prediction['dtype_reason']})")
     console.print("--auto-exclude T keeps BF16 every group whose disagreement is above T (a fraction, e.g. 0.01).")

@@ -42,6 +42,7 @@ class AutoChoiceRecord:
     chosen: str
     seconds: float
     skipped: list[str]                 # what the ladder left out, and why
+    prediction: dict[str, Any] | None = None   # the serving numerics measured in (runtime/serving.py); older: None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -57,7 +58,9 @@ class AutoChoiceRecord:
         try:
             rows = [AutoCandidateRecord(**{k: row[k] for k in AutoCandidateRecord.__dataclass_fields__})
                     for row in data["candidates"]]
-            record = cls(**{**{k: data[k] for k in cls.__dataclass_fields__}, "candidates": rows})
+            fields = {k: data[k] for k in cls.__dataclass_fields__ if k != "prediction"}
+            prediction = data.get("prediction") if isinstance(data.get("prediction"), dict) else None
+            record = cls(**{**fields, "candidates": rows, "prediction": prediction})
         except (KeyError, TypeError) as exc:
             raise ManifestError(f"incomplete ({exc})", path=path, field="auto_choice") from None
         if sum(c.chosen for c in rows) != 1 or not any(c.name == record.chosen and c.chosen for c in rows):
@@ -79,6 +82,12 @@ def table_rows(record: AutoChoiceRecord) -> list[tuple[str, ...]]:
              f"{c.coverage:.2%}" if c.coverage is not None else "-", "kept" if c.keeps_gate else "missed",
              "chosen" if c.chosen else "")
             for c in record.candidates]
+
+
+def prediction_text(record: AutoChoiceRecord) -> str:
+    """"vllm's numerics in bfloat16" ("" for a record made before runtime/serving.py)."""
+    p = record.prediction or {}
+    return f"{p.get('engine')}'s numerics in {p.get('compute_dtype')}" if p else ""
 
 
 TABLE_HEADER = ("candidate", "step bytes", "of BF16", "acceptance ratio (95% CI)", "coverage", "gate", "")

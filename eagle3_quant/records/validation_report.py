@@ -23,6 +23,9 @@ Layout (``report_version`` 1), written by `eagle3-quant validate`::
         "k", "drafts",                                       # steps per chain, chains evaluated
         "top1_agreement", "kl",                              # step-0 logits, every calibration position
         "positions", "min_weight_sqnr_db",
+        "compute_dtype", "device",                           # what the two drafts were computed in, and where
+        "prediction": {"engine", "compute_dtype", "dtype_reason", "silu_mul", "fused_shards"},
+                                             # the serving numerics followed (eagle3_quant/runtime/serving.py)
         "taps": {"training", "vllm", "sglang", "notes": [...]}  # hidden_states each engine feeds (engine_taps.py)
       },
       "layers": [{"module", "role", "shape", "sqnr_db"}],    # per quantized linear (needs the reference)
@@ -72,6 +75,7 @@ class ValidationSummary:
     target: str | None = None
     taps_notes: tuple[str, ...] = ()        # serving engines that feed other layers than the draft was trained on
     gates: str = ""                         # the gates applied and where each came from, in words
+    prediction: str = ""                    # the numerics the acceptance was predicted with, in words
 
     @property
     def passed(self) -> bool:
@@ -101,6 +105,15 @@ def _checks(raw: Any) -> tuple[CheckLine, ...]:
         return ()
     return tuple(CheckLine(str(c.get("name", "?")), str(c.get("status", "?")), str(c.get("detail", "")))
                  for c in raw if isinstance(c, dict))
+
+
+def _prediction_text(metrics: dict) -> str:
+    """"vllm's numerics in bfloat16" (reports before runtime/serving.py: the compute dtype alone)."""
+    prediction = metrics.get("prediction") if isinstance(metrics.get("prediction"), dict) else {}
+    engine, dtype = prediction.get("engine"), prediction.get("compute_dtype") or metrics.get("compute_dtype")
+    if not isinstance(dtype, str):
+        return ""
+    return f"{engine}'s numerics in {dtype}" if isinstance(engine, str) else f"computed in {dtype}"
 
 
 def write_report(path: Path, data: dict[str, Any]) -> Path:
@@ -140,7 +153,7 @@ def read_validation(out: str | Path, artifact: Mapping[str, str] | None = None) 
     taps = metrics.get("taps") if isinstance(metrics.get("taps"), dict) else {}
     notes = tuple(str(n) for n in taps.get("notes") or () if isinstance(n, str))
     common = dict(checks=checks, metrics=_finite_numbers(metrics), kernel=kernel, target=target, taps_notes=notes,
-                  gates=_gates_text(data.get("gates"), data.get("gate_source")))
+                  gates=_gates_text(data.get("gates"), data.get("gate_source")), prediction=_prediction_text(metrics))
     if data.get("passed") is not True:
         failed = [c.name for c in checks if c.status == "failed"]
         why = f"failed checks: {', '.join(failed)}" if failed else f"'passed' is {data.get('passed')!r}"
