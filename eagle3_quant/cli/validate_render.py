@@ -45,6 +45,13 @@ def print_validation(report) -> None:
                         _fmt(m.get("acceptance_length_fp8"), 3), ratio)
         metrics.add_row("per-position acceptance", _fmt(m.get("per_position_acceptance_bf16"), 3),
                         _fmt(m.get("per_position_acceptance_fp8"), 3), "")
+        walk = m.get("engine_walk")
+        if walk:
+            walk_ratio = _fmt(walk.get("acceptance_ratio")) + (
+                f" [{_fmt(walk['acceptance_ratio_interval'])}]" if walk.get("acceptance_ratio_interval") else "")
+            metrics.add_row(f"acceptance length, vLLM's walk ({walk['drafts_bf16']} / {walk['drafts_fp8']} drafts)",
+                            _fmt(walk.get("acceptance_length_bf16"), 3), _fmt(walk.get("acceptance_length_fp8"), 3),
+                            walk_ratio)
         metrics.add_row("top-1 agreement (step 0)", "", "", _fmt(m.get("top1_agreement")))
         metrics.add_row("KL(BF16 || FP8) per token", "", "", _fmt(m.get("kl"), 6))
         console.print(metrics)

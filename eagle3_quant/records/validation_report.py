@@ -22,6 +22,10 @@ Layout (``report_version`` 1), written by `eagle3-quant validate`::
         "per_position_acceptance_bf16", "per_position_acceptance_fp8",   # vLLM's per-position rates
         "k", "drafts",                                       # steps per chain, chains evaluated
         "top1_agreement", "kl",                              # step-0 logits, every calibration position
+        "engine_walk": {"acceptance_length_bf16", "acceptance_length_fp8", "drafts_bf16", "drafts_fp8",
+                        "per_position_acceptance_bf16", "per_position_acceptance_fp8",
+                        "acceptance_ratio", "acceptance_ratio_interval"},   # the chains vLLM's engine drafts
+                                             # when it decodes the samples (runtime/acceptance.engine_walk)
         "positions", "min_weight_sqnr_db",
         "compute_dtype", "device",                           # what the two drafts were computed in, and where
         "prediction": {"engine", "compute_dtype", "dtype_reason", "silu_mul", "fused_shards"},
