@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.table import Table
 
 from eagle3_quant.cli.render import console
+from eagle3_quant.records.validation_report import prediction_text
 
 STATUS_STYLE = {"passed": "[green]passed[/]", "failed": "[red]FAILED[/]", "skipped": "[yellow]skipped[/]"}
 
@@ -55,10 +56,9 @@ def print_validation(report) -> None:
         metrics.add_row("top-1 agreement (step 0)", "", "", _fmt(m.get("top1_agreement")))
         metrics.add_row("KL(BF16 || FP8) per token", "", "", _fmt(m.get("kl"), 6))
         console.print(metrics)
-        prediction = m.get("prediction") or {}
-        if prediction:
-            console.print(f"predicted with {prediction['engine']}'s numerics in {prediction['compute_dtype']} "
-                          f"({prediction['dtype_reason']}) on {m.get('device')}")
+        if m.get("prediction"):
+            console.print(f"predicted with {prediction_text(m['prediction'])} ({m['prediction']['dtype_reason']}) "
+                          f"on {m.get('device')}")
     if report.layers:
         layers = Table(title="weight SQNR (dequantized FP8 vs BF16)")
         for col in ("module", "shape", "SQNR dB"):

@@ -84,10 +84,4 @@ def table_rows(record: AutoChoiceRecord) -> list[tuple[str, ...]]:
             for c in record.candidates]
 
 
-def prediction_text(record: AutoChoiceRecord) -> str:
-    """"vllm's numerics in bfloat16" ("" for a record made before runtime/serving.py)."""
-    p = record.prediction or {}
-    return f"{p.get('engine')}'s numerics in {p.get('compute_dtype')}" if p else ""
-
-
 TABLE_HEADER = ("candidate", "step bytes", "of BF16", "acceptance ratio (95% CI)", "coverage", "gate", "")

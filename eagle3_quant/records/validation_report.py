@@ -111,10 +111,11 @@ def _checks(raw: Any) -> tuple[CheckLine, ...]:
                  for c in raw if isinstance(c, dict))
 
 
-def _prediction_text(metrics: dict) -> str:
-    """"vllm's numerics in bfloat16" (reports before runtime/serving.py: the compute dtype alone)."""
-    prediction = metrics.get("prediction") if isinstance(metrics.get("prediction"), dict) else {}
-    engine, dtype = prediction.get("engine"), prediction.get("compute_dtype") or metrics.get("compute_dtype")
+def prediction_text(prediction: Any, compute_dtype: Any = None) -> str:
+    """"vllm's numerics in bfloat16" from a ``prediction`` record (eagle3_quant/runtime/serving.py); "computed in
+    DTYPE" from a record made before it (its compute dtype alone); "" when neither says."""
+    prediction = prediction if isinstance(prediction, dict) else {}
+    engine, dtype = prediction.get("engine"), prediction.get("compute_dtype") or compute_dtype
     if not isinstance(dtype, str):
         return ""
     return f"{engine}'s numerics in {dtype}" if isinstance(engine, str) else f"computed in {dtype}"
@@ -157,7 +158,8 @@ def read_validation(out: str | Path, artifact: Mapping[str, str] | None = None) 
     taps = metrics.get("taps") if isinstance(metrics.get("taps"), dict) else {}
     notes = tuple(str(n) for n in taps.get("notes") or () if isinstance(n, str))
     common = dict(checks=checks, metrics=_finite_numbers(metrics), kernel=kernel, target=target, taps_notes=notes,
-                  gates=_gates_text(data.get("gates"), data.get("gate_source")), prediction=_prediction_text(metrics))
+                  gates=_gates_text(data.get("gates"), data.get("gate_source")),
+                  prediction=prediction_text(metrics.get("prediction"), metrics.get("compute_dtype")))
     if data.get("passed") is not True:
         failed = [c.name for c in checks if c.status == "failed"]
         why = f"failed checks: {', '.join(failed)}" if failed else f"'passed' is {data.get('passed')!r}"
