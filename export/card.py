@@ -78,6 +78,7 @@ def _metric_rows(validation: ValidationSummary) -> list[tuple[str, str]]:
         ("acceptance length, BF16 draft", _fmt(m("acceptance_length_bf16"), ".3f")),
         ("acceptance length, FP8 draft", _fmt(m("acceptance_length_fp8"), ".3f")),
         ("acceptance ratio FP8 / BF16", _fmt(m("acceptance_ratio"), ".4f")),
+        ("acceptance predicted with", validation.prediction or NOT_MEASURED),
         ("top-1 agreement FP8 vs BF16", _fmt(m("top1_agreement"), ".4f")),
         ("logit KL (BF16 to FP8)", _fmt(m("kl"), ".3g")),
         ("FP8 kernel check", kernel_text),

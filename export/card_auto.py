@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from eagle3_quant.records.auto_choice import TABLE_HEADER, AutoChoiceRecord, table_rows
+from eagle3_quant.records.validation_report import prediction_text
 
 
 def auto_section(record: AutoChoiceRecord | None) -> dict | None:
@@ -14,7 +15,8 @@ def auto_section(record: AutoChoiceRecord | None) -> dict | None:
              f"--engine {record.engine}`: the cheapest draft step (weight bytes one step reads) whose simulated "
              f"acceptance length, relative to the BF16 draft, keeps the gate on its point ratio (the 95% paired "
              f"bootstrap interval is shown beside it). Measured on `{record.calibration}`: k={record.k}, "
-             f"{record.drafts:,} chains, BF16 acceptance length {record.acceptance_length_bf16:.3f}. "
+             f"{record.drafts:,} chains, BF16 acceptance length {record.acceptance_length_bf16:.3f}"
+             + (f", computed with {prediction_text(record.prediction)}" if record.prediction else "") + ". "
              f"Chosen: **{chosen.name}**, {chosen.step_bytes_over_bf16:.3f} of the BF16 step's "
              f"{record.bf16_step_bytes:,} bytes. Coverage and ratios of pruned vocabularies are in-sample (ranked "
              "on the same calibration set).")

@@ -6,8 +6,9 @@ FP8 weights and scales Quark writes for them, bit for bit (``sensitivity.fp8_ver
 for a pruned vocabulary ``lm_head`` sliced and ``d2t`` rebuilt exactly as ``--draft-vocab`` writes them
 (``vocab_prune.choose_vocab`` on the same counts). Acceptance is the simulation `validate` runs on the written
 artifact (``runtime.acceptance``: the same chains, starts, counts and paired bootstrap as
-``calibration_fidelity``), against the unpruned BF16 draft in the same dtype; the reference's chains are drafted
-once and paired with every candidate.
+``calibration_fidelity``), against the unpruned BF16 draft, both computed as vLLM serves them
+(``runtime/serving.py``: bf16, the record's ``prediction``); the reference's chains are drafted once and
+paired with every candidate.
 
 The gate is on the point ratio (acceptance length candidate / BF16 >= ``min_acceptance_ratio``), as
 `validate`'s acceptance_ratio gate; the 95% interval is measured and recorded beside it. A pruned vocabulary
@@ -32,7 +33,7 @@ from eagle3_quant.quantize.calibration import (
     calibration_batches,
     calibration_embedding,
 )
-from eagle3_quant.quantize.sensitivity import fp8_versions, linear_groups
+from eagle3_quant.quantize.sensitivity import fp8_versions, in_dtype, linear_groups
 from eagle3_quant.quantize.vocab_prune import choose_vocab, current_target_ids, target_token_counts
 
 from eagle3_quant.errors import AcceptanceGateError
@@ -47,6 +48,7 @@ from eagle3_quant.runtime.acceptance import (
     chain_acceptance,
     paired_ratio,
 )
+from eagle3_quant.runtime.serving import serving_numerics
 from eagle3_quant.schemes import get_scheme
 
 AUTO_K = CALIBRATION_STEPS      # draft steps per chain: vLLM's usual num_speculative_tokens, validate's default k
@@ -68,11 +70,6 @@ class Measured:
         return self.ratio is not None and not math.isnan(self.ratio) and self.ratio >= gate
 
 
-def compute_dtype(device: str) -> torch.dtype | None:
-    """As `validate` runs both drafts: fp32 on CPUs (no bf16 units; the same weights), the config's dtype else."""
-    return torch.float32 if torch.device(device).type == "cpu" else None
-
-
 class _Swaps:
     """Replace modules/buffers of a runtime for one candidate and put the originals back."""
 
@@ -91,29 +88,13 @@ class _Swaps:
         self.saved.clear()
 
 
-def _in_dtype(twin: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
-    """The simulated linear with its bias in the candidate runtime's dtype (the twins are built from the
-    weights in the dtype Quark reads)."""
-    from eagle3_quant.runtime.fp8_linear import Fp8Linear
-
-    bias = twin.bias.to(dtype) if twin.bias is not None else None
-    if isinstance(twin, Fp8Linear):
-        return Fp8Linear(twin.weight, twin.weight_scale, twin.input_scale, bias, twin.mode)
-    if bias is None or bias.dtype == twin.bias.dtype:       # an MX linear: its own buffers, as harmonized
-        return twin
-    cast = copy.deepcopy(twin)
-    cast.bias = bias
-    return cast
-
-
 def measure_ladder(draft: DraftCheckpoint, ladder: Ladder, calib_path: Path, calibration: CalibrationSet,
                    exclude, device: str, counts: torch.Tensor,
                    progress: Callable[[Candidate], None] | None = None) -> list[Measured]:
     from eagle3_quant.runtime.loading import load_draft
 
     embedding = calibration_embedding(draft, calibration)
-    dtype = compute_dtype(device)
-    reference = load_draft(draft.path, device, dtype, embedding=embedding)
+    reference = load_draft(draft.path, device, serving_numerics(draft.config.torch_dtype).dtype, embedding=embedding)
     candidate_runtime = copy.deepcopy(reference)
     native = load_draft(draft.path, device, embedding=embedding)   # the weights in the dtype Quark reads
     groups = linear_groups(draft)
@@ -134,7 +115,7 @@ def measure_ladder(draft: DraftCheckpoint, ladder: Ladder, calib_path: Path, cal
             twins[cand.scheme] = fp8_versions(native, scheme, batches or [], groups)
         swaps = _Swaps(candidate_runtime)
         for decision in make_plan(draft, scheme, exclude, cand.quantize_fc).quantized:
-            swaps.set(decision.module, _in_dtype(twins[cand.scheme][decision.module], reference.dtype))
+            swaps.set(decision.module, in_dtype(twins[cand.scheme][decision.module], reference.dtype))
         coverage = None
         if cand.draft_vocab is not None:
             keep = choose_vocab(current, counts, cand.draft_vocab).to(reference.lm_head.weight.device)
@@ -172,7 +153,7 @@ def choose(measured: list[Measured], gate: float) -> Measured:
 
 
 def auto_record(ladder: Ladder, measured: list[Measured], chosen: Measured, gate: float, engine: str,
-                calib_path: Path, seconds: float) -> AutoChoiceRecord:
+                calib_path: Path, seconds: float, draft_dtype: str | None) -> AutoChoiceRecord:
     rows = []
     for m in measured:
         c, r = m.candidate, m.paired
@@ -184,6 +165,7 @@ def auto_record(ladder: Ladder, measured: list[Measured], chosen: Measured, gate
             chosen=m is chosen))
     return AutoChoiceRecord(
         min_acceptance_ratio=gate, gate=GATE_RULE, engine=engine, k=AUTO_K, calibration=public_name(calib_path),
+        prediction=serving_numerics(draft_dtype).record(),
         drafts=chosen.reference.drafts, acceptance_length_bf16=chosen.reference.acceptance_length,
         bf16_step_bytes=ladder.bf16_step_bytes, candidates=rows, chosen=chosen.candidate.name, seconds=seconds,
         skipped=list(ladder.skipped))
@@ -202,4 +184,4 @@ def run_auto(draft: DraftCheckpoint, calib_path: Path, calibration: CalibrationS
     measured = measure_ladder(draft, ladder, calib_path, calibration, exclude, device, counts, progress)
     chosen = choose(measured, gate)
     return chosen.candidate, auto_record(ladder, measured, chosen, gate, engine, calib_path,
-                                         time.perf_counter() - started)
+                                         time.perf_counter() - started, draft.config.torch_dtype)

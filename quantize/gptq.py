@@ -40,6 +40,7 @@ class GptqRecord:
     act_order: bool = ACT_ORDER
     seconds: float = 0.0
     method: str = "Quark GPTQ (quark.torch.algorithm.gptq), Hessians from the draft's own rollout"
+    prediction: dict | None = None       # the numerics the rollout ran in (runtime/serving.py)
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -12,7 +12,7 @@ source's plus ``quantization_config`` (export would rename ``architectures``; we
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from eagle3_quant.calib.format import load_calibration
@@ -31,6 +31,7 @@ from safetensors import safe_open
 from eagle3_quant.errors import QuantizationError
 from eagle3_quant.plan import QuantPlan
 from eagle3_quant.reading.draft import DraftCheckpoint
+from eagle3_quant.runtime.serving import serving_numerics
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,7 @@ class StaticCalibration:
     tokens: int                      # draft positions seen (each run for CALIBRATION_STEPS steps)
     steps: int
     input_scales: dict[str, float]   # module -> input_scale written
+    prediction: dict | None = None   # the numerics the rollout ran in (runtime/serving.py)
 
     def to_dict(self) -> dict:
         return {**asdict(self), "calib_path": str(self.calib_path)}
@@ -77,7 +79,9 @@ def run_in_memory(draft: DraftCheckpoint, plan: QuantPlan, calib_path: Path, out
 
     calib = load_calibration(calib_path)
     check_calibration(draft, calib)
+    # the source's dtype (Quark writes the model's unquantized tensors in it): vLLM's bf16 for bf16 sources
     runtime = load_draft(draft.path, device=device, embedding=calibration_embedding(draft, calib))
+    prediction = serving_numerics(draft.config.torch_dtype).record(runtime.dtype)
     batches = calibration_batches(calib, device)
     static = not plan.scheme.input.dynamic
     model = Eagle3QuarkModel(PretrainedConfig.from_dict(dict(draft.config.raw)), runtime, CALIBRATION_STEPS)
@@ -99,5 +103,5 @@ def run_in_memory(draft: DraftCheckpoint, plan: QuantPlan, calib_path: Path, out
     calibration = None
     if static:
         calibration = StaticCalibration(Path(calib_path), len(batches), batch_positions(batches), CALIBRATION_STEPS,
-                                        _input_scales(out_dir))
-    return InMemoryResult(calibration, rounding)
+                                        _input_scales(out_dir), prediction)
+    return InMemoryResult(calibration, replace(rounding, prediction=prediction) if rounding is not None else None)

@@ -38,6 +38,7 @@ from eagle3_quant.options import build_options, pick_device
 from eagle3_quant.plan import make_plan
 from eagle3_quant.reading.draft import DraftCheckpoint, read_draft
 from eagle3_quant.reading.layout import fused_groups
+from eagle3_quant.runtime.serving import serving_numerics
 from eagle3_quant.schemes import Scheme, get_scheme
 
 
@@ -63,6 +64,7 @@ class SensitivityReport:
     groups: tuple[GroupSensitivity, ...]      # most sensitive first: disagreement, then KL
     default_plan: GroupSensitivity            # every group the default plan quantizes, all at once
     seconds: float
+    prediction: dict                          # the serving numerics the draft ran in (runtime/serving.py)
 
     def above(self, threshold: float) -> tuple[GroupSensitivity, ...]:
         """Groups past an --auto-exclude threshold (disagreement strictly above it)."""
@@ -145,6 +147,23 @@ def fp8_versions(runtime, scheme: Scheme, batches: list[dict], groups: dict) -> 
     return out
 
 
+def in_dtype(twin: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
+    """The simulated linear with its bias in the prediction runtime's dtype (the twins are built from the
+    weights in the dtype Quark reads)."""
+    import copy
+
+    from eagle3_quant.runtime.fp8_linear import Fp8Linear
+
+    bias = twin.bias.to(dtype) if twin.bias is not None else None
+    if isinstance(twin, Fp8Linear):
+        return Fp8Linear(twin.weight, twin.weight_scale, twin.input_scale, bias, twin.mode)
+    if bias is None or bias.dtype == twin.bias.dtype:       # an MX linear: its own buffers, as harmonized
+        return twin
+    cast = copy.deepcopy(twin)
+    cast.bias = bias
+    return cast
+
+
 def _mx_version(linear, scheme: Scheme, input_scale: torch.Tensor | None, bias: torch.Tensor | None):
     """An MX (MXFP4 / MXFP6) twin of a float linear: Quark's packed weight and E8M0 scales (bit for bit), vLLM's math.
     A linear whose width is not a multiple of 32 stays as it is (the plan refuses to quantize it)."""
@@ -202,9 +221,14 @@ def measure_sensitivity(src: str | Path, calib: str | Path, options: Sensitivity
         raise SchemeError(f"unknown layer group {unknown[0]!r}; valid: {', '.join(all_groups)}", field="groups")
     default = {d.role for d in make_plan(draft, chosen).quantized}
     device = pick_device(opts.device)
-    runtime = load_draft(draft.path, device=device, embedding=calibration_embedding(draft, calibration))
+    embedding = calibration_embedding(draft, calibration)
+    numerics = serving_numerics(draft.config.torch_dtype)
+    native = load_draft(draft.path, device=device, embedding=embedding)     # the weights in the dtype Quark reads
+    runtime = native if native.dtype == numerics.dtype else \
+        load_draft(draft.path, device, numerics.dtype, embedding=embedding)
     batches = calibration_batches(calibration, device, with_targets=True, max_samples=max_samples)
-    fp8_linears = fp8_versions(runtime, chosen, batches, all_groups)
+    fp8_linears = {name: in_dtype(twin, runtime.dtype)
+                   for name, twin in fp8_versions(native, chosen, batches, all_groups).items()}
     float_linears = runtime.linears()
     candidates = {g: all_groups[g][1] for g in wanted}
     candidates["<default plan>"] = tuple(m for g in all_groups.values() for r, m in zip(*g, strict=True)
@@ -236,4 +260,4 @@ def measure_sensitivity(src: str | Path, calib: str | Path, options: Sensitivity
                                                 candidates["<default plan>"], True)
     return SensitivityReport(str(draft.source.describe()), chosen.name, Path(calib), len(batches),
                              baseline.positions, baseline.target_hits / max(baseline.positions, 1), tuple(results),
-                             combined, time.perf_counter() - started)
+                             combined, time.perf_counter() - started, numerics.record())

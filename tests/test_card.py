@@ -32,6 +32,7 @@ def test_report_reader_states(tmp_path):
     summary = read_validation(tmp_path)
     assert summary.passed and summary.metric("acceptance_ratio") == 0.9979 and summary.target == "example-org/target"
     assert [c.status for c in summary.checks] == ["passed", "passed", "skipped"]
+    assert summary.prediction == "vllm's numerics in bfloat16"
     del report["target"]
     write_report(tmp_path, {**report, "calibration": {"target": "org/calib-target", "samples": 8}})
     assert read_validation(tmp_path).target == "org/calib-target"  # validate records it with the calibration
@@ -40,9 +41,10 @@ def test_report_reader_states(tmp_path):
 def test_report_reader_drops_values_that_are_not_finite_numbers(tmp_path):
     write_report(tmp_path, {"report_version": 1, "passed": True, "checks": "nonsense", "kernel": [1],
                             "metrics": {"acceptance_ratio": "0.99", "kl": float("nan"), "top1_agreement": True,
-                                        "acceptance_length_fp8": 2}})
+                                        "acceptance_length_fp8": 2, "compute_dtype": "float32"}})
     summary = read_validation(tmp_path)
     assert summary.metrics == {"acceptance_length_fp8": 2.0}
+    assert summary.prediction == "computed in float32"     # a report from before runtime/serving.py
     assert summary.checks == () and summary.kernel == {}
 
 
@@ -95,6 +97,7 @@ def test_card_quantization_table_comes_from_the_manifest(make_out):
         assert f"| `{entry['path']}` | {entry['size']} | `{entry['sha256']}` |" in text
     assert f"amd-quark {manifest['versions']['amd-quark']}" in text
     assert "| acceptance ratio FP8 / BF16 | 0.9979 |" in text
+    assert "| acceptance predicted with | vllm's numerics in bfloat16 |" in text
     assert "passed on cpu, torch._scaled_mm (CPU)" in text
     assert "| calibration | none: no data needed" in text
     assert not (out / "README.md").exists()  # write=False

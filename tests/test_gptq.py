@@ -129,6 +129,7 @@ def test_gptq_records_itself_reproduces_and_is_on_the_card(tiny_pair, holdout_ca
     record = llama_gptq.manifest.gptq
     assert record["samples"] == CALIB_PROMPTS and record["steps"] == K and record["positions"] > 0
     assert record["order"] == rounding_order(read_draft(tiny_pair.draft), llama_gptq.plan)
+    assert record["prediction"]["compute_dtype"] == "bfloat16"       # the rollout ran as vLLM serves the draft
     again = quantize_draft(tiny_pair.draft, tmp_path / "again", device="cpu", calib=holdout_calib, gptq=True)
     assert [(o.path, o.sha256) for o in again.manifest.outputs] == \
         [(o.path, o.sha256) for o in llama_gptq.manifest.outputs]

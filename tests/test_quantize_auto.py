@@ -154,6 +154,7 @@ def test_tiny_pair_auto_picks_the_cheapest_that_keeps_the_gate(auto_on_tiny_pair
 
     out, manifest, _ = auto_on_tiny_pair
     record = manifest.auto_choice
+    assert record.prediction["compute_dtype"] == "bfloat16"          # measured as vLLM serves the draft
     rows = record.candidates
     assert [r.step_bytes for r in rows] == sorted(r.step_bytes for r in rows)
     assert {r.scheme for r in rows} == {s for s in SCHEMES if not SCHEMES[s].why_not("sglang")}

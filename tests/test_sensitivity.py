@@ -117,10 +117,12 @@ def test_cli_prints_ranked_table_and_json(setup, capsys):
     assert exit_info.value.code == 0
     data = json.loads(capsys.readouterr().out)
     assert {g["group"] for g in data["groups"]} == {"o_proj", "down_proj"} and data["scheme"] == "ptpc_fp8"
+    assert data["prediction"]["compute_dtype"] == "bfloat16" and data["prediction"]["engine"] == "vllm"
     with pytest.raises(SystemExit) as exit_info:
         main(["sensitivity", str(src), "--calib", str(cal), "--device", "cpu", "--max-samples", "2"])
     out = " ".join(capsys.readouterr().out.split())   # rich wraps a title longer than its table
     assert exit_info.value.code == 0 and "disagreement" in out and "gate_up_proj" in out and "2 samples" in out
+    assert "computed with vllm's numerics in bfloat16" in out
 
 
 @pytest.mark.slow

@@ -106,10 +106,10 @@ def test_static_fp8_artifact_loads(judged):
     check = judged("static")
     assert check.status == "passed", check.detail
     assert fp8_in_sglang(check) == FUSED_NAMES and check.data["max_linear_rel_diff"] <= 1e-2
-    # SGLang feeds down_proj a bf16 SiLU-mul, vLLM (the runtime) an fp32 one: measured 1.4% of max |logit|, exactly
-    # what the runtime gives with a bf16 SiLU-mul; within LOGIT_TOLERANCE
+    # SGLang's static FP8 down_proj quantizes the SiLU-mul the runtime hands it, rounded to bf16 as vLLM's fused
+    # silu_and_mul_quant rounds it: bit-identical logits (1.4% of max |logit| when the runtime kept it in fp32)
     forward = check.data["forward"]
-    assert 0 < forward["relative_dlogit"] <= sglang_load.LOGIT_TOLERANCE and forward["top1_agreement"] >= 0.9
+    assert forward["relative_dlogit"] == 0.0 and forward["top1_agreement"] == 1.0
 
 
 @pytest.mark.slow

@@ -91,6 +91,7 @@ def test_static_config_keeps_source_keys_and_architectures(static_run, fmt):
     calib = load_calibration(cal)
     assert manifest["scheme"]["name"] == "fp8"
     assert manifest["calibration"]["samples"] == calib.num_samples
+    assert manifest["calibration"]["prediction"]["compute_dtype"] == "bfloat16"   # the rollout Quark observed
     assert manifest["calibration"]["tokens"] == calib.num_tokens - calib.num_samples
 
 

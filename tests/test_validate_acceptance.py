@@ -6,7 +6,13 @@ import math
 
 import torch
 
-from eagle3_quant.runtime.acceptance import acceptance_stats, accepted_counts, paired_ratio, valid_starts
+from eagle3_quant.runtime.acceptance import (
+    acceptance_stats,
+    accepted_counts,
+    engine_walk,
+    paired_ratio,
+    valid_starts,
+)
 
 
 def greedy_sample(length: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -60,3 +66,29 @@ def test_paired_ratio_and_interval():
     expected = (n + sum(float(c.sum()) for c in worse)) / (n + sum(float(c.sum()) for c in reference))
     assert math.isclose(result.ratio, expected)
     assert result.low < result.ratio < result.high < 1.0
+
+
+def test_engine_walk_drafts_where_vllm_would():
+    """First chain at the last prompt position; after a chain with n accepted steps the engine has n + 1 new
+    tokens (the bonus one is the target's), so the next chain starts n + 1 positions on; the walk ends where no
+    whole chain can be judged."""
+    ids, nxt = greedy_sample(20)
+    k = 3
+    starts = valid_starts(ids, nxt, k)                              # 0..16 valid
+    proposals = torch.stack([nxt[t + 1:t + 1 + k] if t + 1 + k <= 20 else torch.zeros(k, dtype=torch.long)
+                             for t in range(19)])                   # every chain fully accepted ...
+    proposals[7, 1] += 1                                            # ... but the one at 7 keeps only its first step
+    proposals[9, 0] += 1                                            # and the one at 9 none
+    walked = engine_walk(proposals, nxt, starts, first=3)
+    assert walked.tolist() == [3, 1, 0, 3, 3]                      # starts 3, 7, 9, 10, 14; 18 is past the end
+    late = valid_starts(ids, nxt, k)
+    late[10] = False                                                # the text stops being greedy there
+    assert engine_walk(proposals, nxt, late, first=3).tolist() == [3, 1, 0]
+
+
+def test_paired_ratio_counts_each_drafts_own_chains():
+    """An engine walk drafts a different number of chains per draft: each acceptance length is its own mean."""
+    reference = [torch.tensor([3, 3]), torch.tensor([1])]            # 3 chains, 7 accepted: AL 1 + 7/3
+    candidate = [torch.tensor([0, 0, 3]), torch.tensor([1, 0])]      # 5 chains, 4 accepted: AL 1 + 4/5
+    result = paired_ratio(reference, candidate)
+    assert math.isclose(result.ratio, (1 + 4 / 5) / (1 + 7 / 3))

@@ -44,6 +44,12 @@ def test_fp8_keeps_the_acceptance_of_the_bf16_draft(report):
         assert len(rates) == K and all(a >= b for a, b in zip(rates, rates[1:], strict=False))
     assert abs(m["acceptance_length_bf16"] - 1 - sum(m["per_position_acceptance_bf16"])) < 1e-9
     assert report.calibration["samples"] == CALIB_PROMPTS
+    assert m["compute_dtype"] == "bfloat16" and m["prediction"]["engine"] == "vllm"   # vLLM's serving numerics
+    walk = m["engine_walk"]                          # the chains vLLM's engine drafts on the same continuations
+    assert 0 < walk["drafts_bf16"] < m["drafts"] and 0 < walk["drafts_fp8"] < m["drafts"]
+    walk_low, walk_high = walk["acceptance_ratio_interval"]
+    assert walk_low <= walk["acceptance_ratio"] <= walk_high
+    assert abs(walk["acceptance_length_fp8"] - 1 - sum(walk["per_position_acceptance_fp8"])) < 1e-9
     assert {c.name: c.status for c in report.checks}["acceptance_ratio"] == "passed"
 
 

@@ -87,20 +87,21 @@ def _fidelity(art: Fp8Artifact, reference: DraftCheckpoint | None, calib: Calibr
     from eagle3_quant.validate.fidelity import calibration_fidelity
 
     from eagle3_quant.runtime.loading import load_draft
+    from eagle3_quant.runtime.serving import serving_numerics
 
     embedding = _embedding(art, calib, target)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    # CPUs without bf16 units run bf16 matmuls several times slower; the weights are the same in fp32
-    dtype = torch.float32 if torch.device(device).type == "cpu" else None
+    numerics = serving_numerics(art.config.torch_dtype)     # both drafts computed as the engine serves them
     lm_head = _shared_lm_head(art, calib, target)
-    bf16_draft = load_draft(reference.path, device, dtype, embedding=embedding,
+    bf16_draft = load_draft(reference.path, device, numerics.dtype, embedding=embedding,
                             lm_head=lm_head if reference.layout.shared_lm_head else None)
     try:
-        fp8_draft = load_draft(art.path, device, dtype, embedding=embedding, lm_head=lm_head)
+        fp8_draft = load_draft(art.path, device, numerics.dtype, embedding=embedding, lm_head=lm_head)
     except Eagle3QuantError as exc:
         return [failed(name, f"the FP8 draft does not load: {exc}") for name in FIDELITY_CHECKS], {}
     result = calibration_fidelity(fp8_draft, bf16_draft, calib, k, max_samples)
-    metrics = {**result.metrics(), "compute_dtype": str(bf16_draft.dtype).removeprefix("torch."), "device": device}
+    metrics = {**result.metrics(), "compute_dtype": numerics.dtype_name, "prediction": numerics.record(),
+               "device": device}
     checks = [gate("top1_agreement", result.top1_agreement, gates.min_top1_agreement,
                    f"step-0 top-1 agreement with the BF16 draft over {result.positions} positions")]
     if result.ratio is None:

@@ -66,4 +66,16 @@ def predict(out: Path, reference: Path, spec: TargetSpec, config: DraftConfig, p
             "method": metrics.get("acceptance_ratio_method"),
             "chains": metrics.get("drafts"), "compute_dtype": metrics.get("compute_dtype"),
             "device": metrics.get("device"), "target_dtype": spec.dtype,
+            "engine_walk": _walk(metrics.get("engine_walk")), "numerics": metrics.get("prediction"),
             "greedy_sequences": greedy, "sequences": len(prompts), "how": HOW.format(dtype=spec.dtype)}
+
+
+def _walk(walk) -> dict | None:
+    """The same prediction counted only over the chains vLLM's decoding walk drafts (what the engine counts)."""
+    if not isinstance(walk, dict):
+        return None
+    interval = walk.get("acceptance_ratio_interval")
+    return {"acceptance_ratio": walk.get("acceptance_ratio"), "interval": list(interval) if interval else None,
+            "acceptance_length": {"reference": walk.get("acceptance_length_bf16"),
+                                  "artifact": walk.get("acceptance_length_fp8")},
+            "drafts": {"reference": walk.get("drafts_bf16"), "artifact": walk.get("drafts_fp8")}}

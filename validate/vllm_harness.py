@@ -105,13 +105,13 @@ def _scaled_fp8_quant(input, scale=None, num_token_padding=None, scale_ub=None, 
 
 
 def _silu_and_mul_quant(result, x, scale):
-    """``_C.silu_and_mul_quant`` (vLLM fuses SiLU-mul with a static FP8 input quant): fp32 throughout, no
-    rounding between the product and the quantization, as its CUDA/HIP kernel computes it."""
-    d = x.shape[-1] // 2
-    x32 = x.to(torch.float32)
-    top = torch.finfo(result.dtype).max
-    y = torch.nn.functional.silu(x32[..., :d]) * x32[..., d:]
-    result.copy_((y * scale.to(torch.float32).reciprocal()).clamp(-top, top).to(result.dtype))
+    """``_C.silu_and_mul_quant`` (vLLM fuses SiLU-mul with a static FP8 input quant) with its CUDA/HIP kernel's
+    math (``act_and_mul_quant_kernel``): ``silu_kernel<scalar_t>`` computes in fp32 and returns x's dtype, the
+    product of two ``c10::BFloat16`` (or Half) values is rounded to that dtype too, then ``x * (1 / scale)``
+    in fp32, clamped, cast to FP8 (``serving.silu_and_mul_quant``)."""
+    from eagle3_quant.runtime.serving import silu_and_mul_quant
+
+    result.copy_(silu_and_mul_quant(x, scale.to(torch.float32), result.dtype))
 
 
 def _rocm_fp8_kernels() -> None:

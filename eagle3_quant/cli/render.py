@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from eagle3_quant.records.validation_report import prediction_text
 from eagle3_quant.util.progress import human_bytes
 
 console = Console(highlight=False)
@@ -77,4 +78,5 @@ def print_sensitivity(report) -> None:
                       f"{g.disagreement:.2%}", f"{g.kl:.3g}",
                       f"{g.target_agreement:.2%} ({g.target_agreement - report.baseline_target_agreement:+.2%})")
     console.print(table)
+    console.print(f"computed with {prediction_text(report.prediction)} ({report.prediction['dtype_reason']})")
     console.print("--auto-exclude T keeps BF16 every group whose disagreement is above T (a fraction, e.g. 0.01).")

@@ -6,12 +6,14 @@ from rich.table import Table
 
 from eagle3_quant.cli.render import console
 from eagle3_quant.records.auto_choice import TABLE_HEADER, AutoChoiceRecord, table_rows
+from eagle3_quant.records.validation_report import prediction_text
 
 
 def print_auto_choice(record: AutoChoiceRecord) -> None:
     table = Table(title=f"--scheme auto: gate acceptance ratio >= {record.min_acceptance_ratio} (point ratio; "
                         f"k={record.k}, {record.drafts} chains of {record.calibration}, BF16 acceptance length "
-                        f"{record.acceptance_length_bf16:.3f}; engine {record.engine})")
+                        f"{record.acceptance_length_bf16:.3f}; engine {record.engine}"
+                        + (f"; {prediction_text(record.prediction)}" if record.prediction else "") + ")")
     for column in TABLE_HEADER:
         table.add_column(column)
     for row, candidate in zip(table_rows(record), record.candidates, strict=True):

@@ -43,6 +43,10 @@ def print_bench(result) -> None:
                  f"{predicted['compute_dtype']}), engine - predicted {predicted['engine_minus_predicted']:+.4f}: "
                  f"{agree}")
     console.print(line)
+    walk = predicted.get("engine_walk") or {}
+    if walk.get("acceptance_ratio") is not None:
+        console.print(f"predicted on the chains vLLM's decoding walk drafts: {walk['acceptance_ratio']:.4f} "
+                      f"({_interval(walk)})")
     lossless = report["lossless"]
     console.print("lossless (greedy output with the draft == without): " + "; ".join(
         f"{name} {lossless[name]['equal_sequences']}/{lossless[name]['sequences']}" for name in ("reference",

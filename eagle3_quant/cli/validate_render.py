@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.table import Table
 
 from eagle3_quant.cli.render import console
+from eagle3_quant.records.validation_report import prediction_text
 
 STATUS_STYLE = {"passed": "[green]passed[/]", "failed": "[red]FAILED[/]", "skipped": "[yellow]skipped[/]"}
 
@@ -45,9 +46,19 @@ def print_validation(report) -> None:
                         _fmt(m.get("acceptance_length_fp8"), 3), ratio)
         metrics.add_row("per-position acceptance", _fmt(m.get("per_position_acceptance_bf16"), 3),
                         _fmt(m.get("per_position_acceptance_fp8"), 3), "")
+        walk = m.get("engine_walk")
+        if walk:
+            walk_ratio = _fmt(walk.get("acceptance_ratio")) + (
+                f" [{_fmt(walk['acceptance_ratio_interval'])}]" if walk.get("acceptance_ratio_interval") else "")
+            metrics.add_row(f"acceptance length, vLLM's walk ({walk['drafts_bf16']} / {walk['drafts_fp8']} drafts)",
+                            _fmt(walk.get("acceptance_length_bf16"), 3), _fmt(walk.get("acceptance_length_fp8"), 3),
+                            walk_ratio)
         metrics.add_row("top-1 agreement (step 0)", "", "", _fmt(m.get("top1_agreement")))
         metrics.add_row("KL(BF16 || FP8) per token", "", "", _fmt(m.get("kl"), 6))
         console.print(metrics)
+        if m.get("prediction"):
+            console.print(f"predicted with {prediction_text(m['prediction'])} ({m['prediction']['dtype_reason']}) "
+                          f"on {m.get('device')}")
     if report.layers:
         layers = Table(title="weight SQNR (dequantized FP8 vs BF16)")
         for col in ("module", "shape", "SQNR dB"):

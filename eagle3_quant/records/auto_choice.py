@@ -42,6 +42,7 @@ class AutoChoiceRecord:
     chosen: str
     seconds: float
     skipped: list[str]                 # what the ladder left out, and why
+    prediction: dict[str, Any] | None = None   # the serving numerics measured in (runtime/serving.py); older: None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -57,7 +58,9 @@ class AutoChoiceRecord:
         try:
             rows = [AutoCandidateRecord(**{k: row[k] for k in AutoCandidateRecord.__dataclass_fields__})
                     for row in data["candidates"]]
-            record = cls(**{**{k: data[k] for k in cls.__dataclass_fields__}, "candidates": rows})
+            fields = {k: data[k] for k in cls.__dataclass_fields__ if k != "prediction"}
+            prediction = data.get("prediction") if isinstance(data.get("prediction"), dict) else None
+            record = cls(**{**fields, "candidates": rows, "prediction": prediction})
         except (KeyError, TypeError) as exc:
             raise ManifestError(f"incomplete ({exc})", path=path, field="auto_choice") from None
         if sum(c.chosen for c in rows) != 1 or not any(c.name == record.chosen and c.chosen for c in rows):

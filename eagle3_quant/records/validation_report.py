@@ -22,7 +22,14 @@ Layout (``report_version`` 1), written by `eagle3-quant validate`::
         "per_position_acceptance_bf16", "per_position_acceptance_fp8",   # vLLM's per-position rates
         "k", "drafts",                                       # steps per chain, chains evaluated
         "top1_agreement", "kl",                              # step-0 logits, every calibration position
+        "engine_walk": {"acceptance_length_bf16", "acceptance_length_fp8", "drafts_bf16", "drafts_fp8",
+                        "per_position_acceptance_bf16", "per_position_acceptance_fp8",
+                        "acceptance_ratio", "acceptance_ratio_interval"},   # the chains vLLM's engine drafts
+                                             # when it decodes the samples (runtime/acceptance.engine_walk)
         "positions", "min_weight_sqnr_db",
+        "compute_dtype", "device",                           # what the two drafts were computed in, and where
+        "prediction": {"engine", "compute_dtype", "dtype_reason", "silu_mul", "fused_shards"},
+                                             # the serving numerics followed (eagle3_quant/runtime/serving.py)
         "taps": {"training", "vllm", "sglang", "notes": [...]}  # hidden_states each engine feeds (engine_taps.py)
       },
       "layers": [{"module", "role", "shape", "sqnr_db"}],    # per quantized linear (needs the reference)
@@ -77,6 +84,7 @@ class ValidationSummary:
     taps_notes: tuple[str, ...] = ()        # serving engines that feed other layers than the draft was trained on
     gates: str = ""                         # the gates applied and where each came from, in words
     engine_run: dict[str, Any] = field(default_factory=dict)   # `bench`: vLLM's own measurement, as recorded
+    prediction: str = ""                    # the numerics the acceptance was predicted with, in words
 
     @property
     def passed(self) -> bool:
@@ -129,6 +137,16 @@ def _engine_run_for(path: Path, files: Any) -> dict[str, Any] | None:
     if bench.get("acceptance") and bench.get("artifact_files") == files:
         return engine_run_of(bench)
     return None
+
+
+def prediction_text(prediction: Any, compute_dtype: Any = None) -> str:
+    """"vllm's numerics in bfloat16" from a ``prediction`` record (eagle3_quant/runtime/serving.py); "computed in
+    DTYPE" from a record made before it (its compute dtype alone); "" when neither says."""
+    prediction = prediction if isinstance(prediction, dict) else {}
+    engine, dtype = prediction.get("engine"), prediction.get("compute_dtype") or compute_dtype
+    if not isinstance(dtype, str):
+        return ""
+    return f"{engine}'s numerics in {dtype}" if isinstance(engine, str) else f"computed in {dtype}"
 
 
 def write_report(path: Path, data: dict[str, Any]) -> Path:
@@ -196,7 +214,8 @@ def read_validation(out: str | Path, artifact: Mapping[str, str] | None = None) 
     notes = tuple(str(n) for n in taps.get("notes") or () if isinstance(n, str))
     engine_run = data.get(ENGINE_RUN) if isinstance(data.get(ENGINE_RUN), dict) else {}
     common = dict(checks=checks, metrics=_finite_numbers(metrics), kernel=kernel, target=target, taps_notes=notes,
-                  gates=_gates_text(data.get("gates"), data.get("gate_source")), engine_run=engine_run)
+                  gates=_gates_text(data.get("gates"), data.get("gate_source")), engine_run=engine_run,
+                  prediction=prediction_text(metrics.get("prediction"), metrics.get("compute_dtype")))
     if data.get("passed") is not True:
         failed = [c.name for c in checks if c.status == "failed"]
         why = f"failed checks: {', '.join(failed)}" if failed else f"'passed' is {data.get('passed')!r}"

@@ -11,6 +11,12 @@ that is really there). Starts without that are not counted (real text rarely has
 
 Acceptance length as vLLM reports it: ``1 + accepted / drafts``; per-position rate j: the share of chains
 whose first j+1 steps were all accepted.
+
+Two ways to pick the chains: every valid start (the default; the most chains, the tightest interval), or the
+starts vLLM's engine drafts from when it decodes the sample (``engine_walk``: the first chain at the last
+prompt position, each next one past the tokens the previous chain got accepted plus the target's bonus
+token). The engine counts the second: on the tiny pair the walk predicts vLLM's own acceptance length and
+ratios, where every start gives a different mix of positions (docs/validation.md).
 """
 
 from __future__ import annotations
@@ -53,6 +59,20 @@ def accepted_counts(proposals: torch.Tensor, target_next_ids: torch.Tensor, star
     return hits.long().cumprod(dim=1).sum(dim=1)
 
 
+def engine_walk(proposals: torch.Tensor, target_next_ids: torch.Tensor, starts: torch.Tensor, first: int,
+                ) -> torch.Tensor:
+    """Accepted steps of the chains vLLM drafts decoding this sample: from `first` (the last prompt position),
+    each next chain starts past the accepted tokens and the bonus token; the walk ends where no whole chain can
+    be judged (the sample's end, or its text stops being the target's greedy text)."""
+    counts = torch.full((len(starts),), -1, dtype=torch.long)
+    counts[starts] = accepted_counts(proposals, target_next_ids, starts)
+    walked, t = [], first
+    while 0 <= t < len(starts) and bool(starts[t]):
+        walked.append(int(counts[t]))
+        t += walked[-1] + 1
+    return torch.tensor(walked, dtype=torch.long)
+
+
 @dataclass(frozen=True)
 class AcceptanceStats:
     k: int
@@ -91,14 +111,16 @@ class PairedRatio:
 
 def paired_ratio(reference: Sequence[torch.Tensor], candidate: Sequence[torch.Tensor], confidence: float = 0.95,
                  seed: int = 0) -> PairedRatio:
-    """Samples are resampled whole (chains of one sample are correlated); both drafts see the same resample."""
-    sizes = torch.tensor([len(c) for c in reference], dtype=torch.float64)
-    ref = torch.tensor([float(c.sum()) for c in reference], dtype=torch.float64) + sizes
-    cand = torch.tensor([float(c.sum()) for c in candidate], dtype=torch.float64) + sizes
-    ratio = float(cand.sum() / ref.sum())
+    """Samples are resampled whole (chains of one sample are correlated); both drafts see the same resample.
+    Each draft's acceptance length counts its own chains (an engine walk drafts a different number)."""
+    ref_sizes = torch.tensor([len(c) for c in reference], dtype=torch.float64)
+    cand_sizes = torch.tensor([len(c) for c in candidate], dtype=torch.float64)
+    ref = torch.tensor([float(c.sum()) for c in reference], dtype=torch.float64) + ref_sizes
+    cand = torch.tensor([float(c.sum()) for c in candidate], dtype=torch.float64) + cand_sizes
+    ratio = float((cand.sum() / cand_sizes.sum()) / (ref.sum() / ref_sizes.sum()))
     gen = torch.Generator().manual_seed(seed)
-    picks = torch.randint(0, len(sizes), (BOOTSTRAP_RESAMPLES, len(sizes)), generator=gen)
-    boot = cand[picks].sum(1) / ref[picks].sum(1)
+    picks = torch.randint(0, len(ref_sizes), (BOOTSTRAP_RESAMPLES, len(ref_sizes)), generator=gen)
+    boot = (cand[picks].sum(1) / cand_sizes[picks].sum(1)) / (ref[picks].sum(1) / ref_sizes[picks].sum(1))
     tail = (1 - confidence) / 2
     low, high = torch.quantile(boot, torch.tensor([tail, 1 - tail], dtype=torch.float64)).tolist()
     return PairedRatio(ratio, low, high, confidence, BOOTSTRAP_RESAMPLES)
@@ -108,12 +130,33 @@ class CalibrationSample(Protocol):
     input_ids: torch.Tensor
     aux_hidden_states: torch.Tensor
     target_next_ids: torch.Tensor
+    generated_from: int | None          # the first generated position (the prompt's length); None: no generation
 
 
 class CalibrationSamples(Protocol):
     """What the fidelity run reads of a calibration set (``calib.format.CalibrationSet``)."""
 
     def samples(self) -> Iterable[CalibrationSample]: ...
+
+
+@dataclass(frozen=True)
+class Walked:
+    """Both drafts' chains as vLLM's engine walks the samples (`engine_walk`)."""
+
+    reference: AcceptanceStats
+    candidate: AcceptanceStats
+    ratio: PairedRatio | None
+
+    def metrics(self) -> dict:
+        m = {"acceptance_length_bf16": self.reference.acceptance_length,
+             "acceptance_length_fp8": self.candidate.acceptance_length,
+             "drafts_bf16": self.reference.drafts, "drafts_fp8": self.candidate.drafts,
+             "per_position_acceptance_bf16": list(self.reference.per_position),
+             "per_position_acceptance_fp8": list(self.candidate.per_position)}
+        if self.ratio is not None:
+            m.update({"acceptance_ratio": self.ratio.ratio, "acceptance_ratio_interval": [self.ratio.low,
+                                                                                        self.ratio.high]})
+        return m
 
 
 @dataclass(frozen=True)
@@ -124,6 +167,7 @@ class Fidelity:
     reference: AcceptanceStats
     candidate: AcceptanceStats
     ratio: PairedRatio | None
+    walked: Walked | None = None        # None: no sample records where its generation starts
 
     def metrics(self) -> dict:
         m = {"k": self.reference.k, "drafts": self.reference.drafts, "positions": self.positions,
@@ -137,6 +181,8 @@ class Fidelity:
                       "acceptance_ratio_interval": [self.ratio.low, self.ratio.high],
                       "acceptance_ratio_confidence": self.ratio.confidence,
                       "acceptance_ratio_method": self.ratio.to_dict()["method"]})
+        if self.walked is not None:
+            m["engine_walk"] = self.walked.metrics()
         return m
 
 
@@ -147,7 +193,7 @@ def calibration_fidelity(candidate: Eagle3Draft, reference: Eagle3Draft, calib: 
     chains judged against the target's next tokens on the same starts."""
     device = reference.fc.weight.device
     agree = kl_sum = positions = 0.0
-    accepted_ref, accepted_cand = [], []
+    accepted_ref, accepted_cand, walked_ref, walked_cand = [], [], [], []
     for index, sample in enumerate(calib.samples()):
         if max_samples is not None and index >= max_samples:
             break
@@ -167,10 +213,18 @@ def calibration_fidelity(candidate: Eagle3Draft, reference: Eagle3Draft, calib: 
         starts = valid_starts(sample.input_ids, sample.target_next_ids, k)
         accepted_ref.append(accepted_counts(ref.target_ids[0].cpu(), sample.target_next_ids, starts))
         accepted_cand.append(accepted_counts(cand.target_ids[0].cpu(), sample.target_next_ids, starts))
+        if sample.generated_from:
+            first = sample.generated_from - 1
+            walked_ref.append(engine_walk(ref.target_ids[0].cpu(), sample.target_next_ids, starts, first))
+            walked_cand.append(engine_walk(cand.target_ids[0].cpu(), sample.target_next_ids, starts, first))
     ref_stats, cand_stats = acceptance_stats(accepted_ref, k), acceptance_stats(accepted_cand, k)
     ratio = paired_ratio(accepted_ref, accepted_cand) if ref_stats.drafts else None
+    walked = None
+    if any(len(w) for w in walked_ref):
+        walked = Walked(acceptance_stats(walked_ref, k), acceptance_stats(walked_cand, k),
+                        paired_ratio(walked_ref, walked_cand))
     return Fidelity(int(positions), agree / positions if positions else math.nan,
-                    kl_sum / positions if positions else math.nan, ref_stats, cand_stats, ratio)
+                    kl_sum / positions if positions else math.nan, ref_stats, cand_stats, ratio, walked)
 
 
 @torch.no_grad()

@@ -65,10 +65,9 @@ class Fp8Linear(nn.Module):
         act = "static per-tensor" if self.input_scale is not None else "dynamic per-token"
         return f"{self.in_features} -> {self.out_features}, weight {weight}, input {act}, mode={self.mode}"
 
-    def forward(self, x: torch.Tensor, out_dtype: torch.dtype | None = None) -> torch.Tensor:
-        """`out_dtype`: the result's dtype when x is not in it (an fp32 input quantized without rounding)."""
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         lead = x.shape[:-1]
-        out_dtype = out_dtype or x.dtype
+        out_dtype = x.dtype
         x2 = x.reshape(-1, x.shape[-1]).contiguous()
         if self.input_scale is None:
             a, scale_a = fp8.quantize_per_token(x2, self.weight.dtype)
@@ -98,8 +97,9 @@ def quantize_linear(linear: nn.Linear, per_channel: bool = True, input_scale: to
 
 
 def harmonize_fused(group: Sequence[Fp8Linear]) -> None:
-    """What vLLM does to the shards of one fused layer (q/k/v, gate/up) with per-tensor scales:
-    one input scale, the largest, and weights requantized to the largest weight scale."""
+    """What vLLM does to the shards of one fused layer (q/k/v, gate/up) with per-tensor scales: one input
+    scale, the largest, and weights requantized to the largest weight scale (``requantize_with_max_scale``:
+    each shard dequantized in fp16 by ``per_tensor_dequantize``, then ``scaled_fp8_quant`` at the largest)."""
     static = [layer.input_scale is not None for layer in group]
     if any(static) and not all(static):
         raise Fp8LayoutError("the shards of one fused layer mix static and dynamic input scales",
@@ -111,7 +111,7 @@ def harmonize_fused(group: Sequence[Fp8Linear]) -> None:
     if all(layer.per_tensor_weight for layer in group):
         top = torch.stack([layer.weight_scale for layer in group]).amax().reshape(1)
         for layer in group:
-            restored = fp8.dequantize(layer.weight, layer.weight_scale)
+            restored = layer.weight.to(torch.float16) * layer.weight_scale.reshape(())
             layer.weight = fp8.quantize_with_scale(restored, top, layer.weight.dtype)
             layer.weight_scale = top.clone()
 

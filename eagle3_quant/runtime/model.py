@@ -56,11 +56,9 @@ class MLP(nn.Module):
         self.down_proj = nn.Linear(intermediate, hidden, bias=bias, dtype=dtype, device=device)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.gate_proj(x), self.up_proj(x)
-        if isinstance(self.down_proj, Fp8Linear) and self.down_proj.input_scale is not None:
-            # vLLM fuses SiLU-mul with down_proj's static FP8 input quantization: fp32, no rounding in between
-            return self.down_proj(nn.functional.silu(gate.float()) * up.float(), out_dtype=x.dtype)
-        return self.down_proj(nn.functional.silu(gate) * up)
+        # SiLU rounded to x's dtype, then the product rounded: vLLM's silu_and_mul kernel, and also its fused
+        # silu_and_mul_quant, which quantizes that rounded product for a static FP8 down_proj (runtime/serving.py)
+        return self.down_proj(nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
 class DecoderLayer(nn.Module):

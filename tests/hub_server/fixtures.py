@@ -24,7 +24,8 @@ PASSED_REPORT = {
                {"name": "acceptance", "status": "passed", "detail": "ratio 0.998 >= 0.99"},
                {"name": "kernel_mi355x", "status": "skipped", "detail": "no ROCm device"}],
     "metrics": {"acceptance_length_bf16": 2.412, "acceptance_length_fp8": 2.407, "acceptance_ratio": 0.9979,
-                "top1_agreement": 0.9912, "kl": 0.00131},
+                "top1_agreement": 0.9912, "kl": 0.00131, "compute_dtype": "bfloat16",
+                "prediction": {"engine": "vllm", "compute_dtype": "bfloat16", "dtype_reason": "the draft's dtype"}},
     "kernel": {"status": "passed", "device": "cpu", "backend": "torch._scaled_mm (CPU)",
                "kernels": ["aten::_scaled_mm"]},
 }
