@@ -69,14 +69,13 @@ class InMemoryResult:
 
 
 def run_in_memory(draft: DraftCheckpoint, plan: QuantPlan, calib_path: Path, out_dir: Path, device: str,
-                  verbose: bool = False, gptq: bool = False) -> InMemoryResult:
+                  verbose: bool = False, gptq: bool = False, taps: tuple[int, ...] | None = None) -> InMemoryResult:
     from eagle3_quant.quantize.quark_model import Eagle3QuarkModel
     from transformers import PretrainedConfig
 
     from eagle3_quant.runtime.loading import load_draft
 
-    calib = load_calibration(calib_path)
-    check_calibration(draft, calib)
+    calib = check_calibration(draft, load_calibration(calib_path), taps)   # the layers the artifact is served with
     runtime = load_draft(draft.path, device=device, embedding=calibration_embedding(draft, calib))
     batches = calibration_batches(calib, device)
     static = not plan.scheme.input.dynamic

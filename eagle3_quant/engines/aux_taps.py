@@ -117,7 +117,9 @@ def _feed(name: str, config: DraftConfig, num_layers: int | None) -> Feed:
         return Feed(name, resolve_taps(config, num_layers, convention, ids, where).indices, read, where)
     except DraftFormatError as exc:
         captured = tuple(sorted({i + 1 if convention is TapConvention.output else i for i in ids}))
-        return Feed(name, captured, read, where, exc.message)
+        short = (f"{list(ids)} names a layer twice: {len(captured)} states fed, the fc reads {len(ids)}"
+                 if len(captured) < len(ids) else exc.message)
+        return Feed(name, captured, read, where, short)
 
 
 def engine_feeds(config: DraftConfig, num_layers: int | None) -> tuple[Feed, ...]:
@@ -182,6 +184,19 @@ def tap_candidates(config: DraftConfig, num_layers: int | None) -> tuple[TapCand
     return tuple(TapCandidate(tuple(labels), indices) for indices, labels in found.items())
 
 
+def taps_summary(config: DraftConfig, num_layers: int | None) -> dict[str, Any]:
+    """What `inspect` shows: per reader the layers fed and where from, the trained layers and the candidates."""
+    trained = trained_taps(config, num_layers)
+    return {"target_layers": num_layers,
+            "trained": None if trained is None else list(trained.indices),
+            "trained_source": (f"{trained.origin}, {trained.convention.value} count" if trained is not None else
+                               "unknown: the config names no aux layer ids (measure the candidates: calibrate, "
+                               "validate)"),
+            "feeds": [f.to_dict() for f in engine_feeds(config, num_layers)],
+            "candidates": [c.to_dict() for c in tap_candidates(config, num_layers)],
+            "notes": [] if trained is None or trained.order_note is None else [trained.order_note]}
+
+
 def candidate_union(candidates: tuple[TapCandidate, ...]) -> tuple[int, ...]:
     return tuple(sorted({i for c in candidates for i in c.indices}))
 
@@ -231,3 +246,15 @@ def served_config(config: DraftConfig, indices: tuple[int, ...], engines: tuple[
             problems.append(f"{reader(feed.reader).label} feeds hidden_states{feed.indices}, not "
                             f"{list(indices)} ({feed.problem or feed.source})")
     return ServedConfig(raw, written, before, after, tuple(problems))
+
+
+def apply_written(config: dict, written: dict) -> dict:
+    """`config` with the ids `served_config` wrote (``written``: field -> value, ``eagle_config.KEY`` for the
+    nested one): a new dict, key order kept."""
+    out = dict(config)
+    for key, value in written.items():
+        if key.startswith("eagle_config."):
+            out["eagle_config"] = {**(out.get("eagle_config") or {}), key.split(".", 1)[1]: value}
+        else:
+            out[key] = value
+    return out
