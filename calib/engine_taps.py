@@ -152,18 +152,22 @@ def _depthless_candidates(config: DraftConfig, taps: Taps, engine: Engine) -> tu
 
 def held_candidates(config: DraftConfig, stored: tuple[int, ...], extra: dict,
                     num_layers: int | None) -> tuple[TapCandidate, ...]:
-    """The candidates a set can rebuild: those it records, and this draft's own (with the target's depth when
-    known), whose layers it stores; the layers it stores when none of them is there."""
+    """The candidates a set can rebuild: this draft's own (with the target's depth when known), then those the set
+    records for the draft it was captured for (its source: named ``source:...`` when this draft's config names
+    them otherwise, e.g. after `--serve-taps trained` rewrote the ids), whose layers it stores; the layers it
+    stores when none of them is there."""
     record = TapRecord.from_extra(extra or {})
     layers = num_layers if num_layers is not None else (record.target_layers if record else None)
-    found: dict[tuple[int, ...], list[str]] = {}
-    for candidate in (*(record.candidates if record else ()), *tap_candidates(config, layers)):
+    found: dict[tuple[int, ...], tuple[str, ...]] = {}
+    for candidate in tap_candidates(config, layers):
         if set(candidate.indices) <= set(stored):
-            labels = found.setdefault(candidate.indices, [])
-            labels.extend(label for label in candidate.labels if label not in labels)
+            found[candidate.indices] = candidate.labels
+    for candidate in record.candidates if record else ():
+        if set(candidate.indices) <= set(stored) and candidate.indices not in found:
+            found[candidate.indices] = (f"source:{candidate.name}",)
     if not found and len(stored) == config.num_aux:
-        found[tuple(stored)] = ["stored"]
-    return tuple(TapCandidate(tuple(labels), indices) for indices, labels in found.items())
+        found[tuple(stored)] = ("stored",)
+    return tuple(TapCandidate(labels, indices) for indices, labels in found.items())
 
 
 def served_taps(config: DraftConfig, num_layers: int | None = None) -> dict:

@@ -4,7 +4,7 @@ Folder layout::
 
     CAL/calib.json                 index: format, version, info, shards, complete (written after each shard)
     CAL/shard-00000.safetensors    per sample i: input_ids.{i} int64 [T],
-                                   aux_hidden_states.{i} bf16/fp16/fp32 [T, 3*H_target],
+                                   aux_hidden_states.{i} bf16/fp16/fp32 [T, n*H_target] (n stored layers),
                                    target_next_ids.{i} int64 [T]
 
 Alignment (the Eagle3 convention vLLM uses): ``aux_hidden_states[t]`` are the target's hidden states at

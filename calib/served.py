@@ -16,10 +16,15 @@ def target_layers(calib: CalibrationSet) -> int | None:
 
 
 def draft_view(calib: CalibrationSet, config: DraftConfig, taps: tuple[int, ...] | None = None,
-               what: str = "the draft reads") -> CalibrationSet:
+               what: str = "the draft reads", trust_unrecorded: bool = False) -> CalibrationSet:
     """`calib` as the draft reads it: the layers `taps` when given; else the trained ones (the config's
-    convention), else the ones vLLM feeds it, whichever the set holds; a set of the draft's width as stored."""
+    convention), else the ones vLLM feeds it, whichever the set holds; a set of the draft's width as stored.
+    `trust_unrecorded`: a set that records nothing about its taps (written by hand, or before `calibrate` recorded
+    them) and holds the draft's width is read as stored, whatever its ids say (what `quantize` always did)."""
     held = calib.stored_layers
+    unrecorded = not {"engine", "tap_candidates"} & set(calib.info.extra or {})
+    if trust_unrecorded and unrecorded and len(held) == config.num_aux and (taps is None or set(taps) - set(held)):
+        return calib
     if taps is not None:
         return _select(calib, tuple(taps), what)
     layers = target_layers(calib)

@@ -46,7 +46,8 @@ def taps_section(record: ServeTapsRecord | None, validation: ValidationSummary) 
                      _length(m.acceptance_length_bf16 if m else None), _length(m.acceptance_length_fp8 if m else None)))
     summary = ("" if record is None else
                f"`--serve-taps {record.mode}`" + (f", decided by {record.decided_by}: {record.reason}."
-                                                   if record.mode == "trained" else f": {record.reason}."))
+                                                   if record.mode == "trained" else
+                                                   f": {record.reason.removeprefix('--serve-taps as-is: ')}."))
     return {"summary": summary, "feeds": feeds, "written": _written(record) if record else "",
             "rows": rows, "best": validation.taps_best,
             "calibration": record.calibration if record and record.calibration else None}

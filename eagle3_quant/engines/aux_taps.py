@@ -221,12 +221,15 @@ def with_raw(config: DraftConfig, raw: dict[str, Any]) -> DraftConfig:
 def served_config(config: DraftConfig, indices: tuple[int, ...], engines: tuple[str, ...],
                   num_layers: int | None) -> ServedConfig:
     """Write the ids so that the engines in `engines` feed `indices`: vLLM's top-level key in its count when a
-    vLLM runner feeds other layers, SGLang's nested key (id = index - 1) when SGLang does; unchanged otherwise."""
+    vLLM runner feeds other layers, SGLang's nested key (id = index - 1) when SGLang does; unchanged otherwise.
+    A config naming no ids gets them written even where the defaults agree: the layers are then the config's,
+    not an engine default that a target's depth (or an engine version) decides."""
     final = config.aux_includes_final_layer
     ids = list(indices[:-1] if final else indices)
     raw, written, before, problems = dict(config.raw), {}, {}, []
     feeds = {f.reader: f for f in engine_feeds(config, num_layers)}
-    sglang_off = "sglang" in engines and feeds["sglang"].indices != tuple(indices)
+    pin = not config.aux_layer_ids and not raw.get(AUX_KEY)
+    sglang_off = "sglang" in engines and (pin or feeds["sglang"].indices != tuple(indices))
     if sglang_off and (NESTED in raw or config.architecture in SGLANG_CLASSES):
         if min(ids) < 1:
             problems.append(f"SGLang captures layer outputs (its ids + 1): hidden_states{list(indices)} starts "
@@ -235,7 +238,7 @@ def served_config(config: DraftConfig, indices: tuple[int, ...], engines: tuple[
             before[f"{NESTED}.{AUX_KEY}"] = _nested(raw).get(AUX_KEY)
             raw[NESTED] = {**_nested(raw), AUX_KEY: [i - 1 for i in ids]}
             written[f"{NESTED}.{AUX_KEY}"] = [i - 1 for i in ids]
-    vllm_off = any(feeds[r].indices != tuple(indices) for r in ("vllm", "vllm_v2"))
+    vllm_off = pin or any(feeds[r].indices != tuple(indices) for r in ("vllm", "vllm_v2"))
     if written or ("vllm" in engines and vllm_off):
         before[AUX_KEY] = raw.get(AUX_KEY)
         raw[AUX_KEY] = ids
