@@ -177,13 +177,15 @@ def stretched_target(folder: Path, order: list[int | None]) -> Path:
 
 @pytest.fixture(scope="module")
 def no_ids(tiny_pair, tmp_path_factory):
-    """The tiny draft with its ids removed, on an 8-layer target whose hidden_states[1, 3, 4] are the tiny target's
-    [1, 2, 3] (the layers the draft was trained on): SpecForge's defaults [1, L//2-1, L-4] read as inputs, not the
-    engines' defaults [2, 4, 5] (= the tiny target's [1, 3, 4])."""
+    """The tiny draft with its ids removed, on an 8-layer target whose hidden_states[3, 5, 6] are the tiny target's
+    [1, 2, 3] (the layers the draft was trained on): the defaults [2, L//2, L-3] counted as outputs. The engines'
+    defaults, hidden_states[2, 4, 5], are the tiny target's [0, 1, 2] (how vLLM feeds the tiny draft as shipped)
+    and SpecForge's defaults read as inputs, [1, 3, 4], its [0, 1, 1]: a draft without ids that the engines feed
+    the wrong layers, silently (vLLM PR #50170)."""
     from transformers import LlamaForCausalLM
 
     root = tmp_path_factory.mktemp("no-ids")
-    target = stretched_target(root / "target", [0, None, 1, 2, 3, None, None, None])
+    target = stretched_target(root / "target", [None, None, 0, None, 1, 2, 3, None])
     draft = root / "draft"
     shutil.copytree(tiny_pair.draft, draft)
     config = json.loads((draft / "config.json").read_text())
@@ -214,17 +216,18 @@ def test_a_draft_without_ids_is_measured_and_the_best_candidate_written(no_ids):
     lengths = {m.name: m.acceptance_length for m in record.measured}
     assert [m.indices for m in record.measured] == [[2, 4, 5], [1, 3, 4], [3, 5, 6]]
     assert set(lengths) == {"vllm=vllm_v2=sglang=defaults", "specforge-defaults-as-inputs", "defaults-as-outputs"}
-    assert lengths["specforge-defaults-as-inputs"] > 2.2 > 1.9 > max(
-        lengths["vllm=vllm_v2=sglang=defaults"], lengths["defaults-as-outputs"])
-    assert (record.decided_by, record.served) == ("measurement", [1, 3, 4])
-    assert "specforge-defaults-as-inputs" in record.reason
-    assert record.written == {f"{NESTED}.{AUX_KEY}": [0, 2, 3], AUX_KEY: [1, 3, 4]}    # each engine's count
+    # measured here (64 prompts): 1.741, 1.600 and 2.301
+    assert lengths["defaults-as-outputs"] > 2.2 > 1.8 > max(
+        lengths["vllm=vllm_v2=sglang=defaults"], lengths["specforge-defaults-as-inputs"])
+    assert (record.decided_by, record.served) == ("measurement", [3, 5, 6])
+    assert "defaults-as-outputs" in record.reason
+    assert record.written == {f"{NESTED}.{AUX_KEY}": [2, 4, 5], AUX_KEY: [3, 5, 6]}    # each engine's count
     assert record.feeds_before == {"vllm": [2, 4, 5], "vllm_v2": [2, 4, 5], "sglang": [2, 4, 5]}
-    assert record.feeds_after == {"vllm": [1, 3, 4], "vllm_v2": [1, 3, 4], "sglang": [1, 3, 4]}
+    assert record.feeds_after == {"vllm": [3, 5, 6], "vllm_v2": [3, 5, 6], "sglang": [3, 5, 6]}
     report = validate_draft(out, reference=draft, calib=calib, kernel=False, vllm=False, sglang=False)
-    assert report.metrics["aux_layer_ids"] == [1, 3, 4] and report.metrics["acceptance_length_fp8"] > 2.2
+    assert report.metrics["aux_layer_ids"] == [3, 5, 6] and report.metrics["acceptance_length_fp8"] > 2.2
     assert report.metrics["taps"]["best"] == EVERYONE
     names = [r["name"] for r in report.metrics["taps"]["measured"]]
-    assert names == [EVERYONE, "source:vllm=vllm_v2=sglang=defaults", "source:defaults-as-outputs"]
+    assert names == [EVERYONE, "source:vllm=vllm_v2=sglang=defaults", "source:specforge-defaults-as-inputs"]
     as_is = quantize_draft(draft, root / "as-is", device="cpu", serve_taps="as-is").output
     assert config_of(as_is) == config_of(draft)
