@@ -26,7 +26,7 @@ from eagle3_quant.engines.aux_taps import (
 )
 from eagle3_quant.errors import DraftFormatError
 from eagle3_quant.reading.draft import DraftCheckpoint
-from eagle3_quant.reading.taps import AUX_KEY
+from eagle3_quant.reading.taps import AUX_KEY, resolve_taps
 from eagle3_quant.records.public_names import public_name
 from eagle3_quant.records.serve_taps import MeasuredTaps, ServeTapsRecord
 
@@ -113,12 +113,16 @@ def decide_serve_taps(draft: DraftCheckpoint, mode: str, calib_path: Path | None
     feeds = {f.reader: f for f in engine_feeds(config, layers)}
     candidates = held_candidates(config, calib.stored_layers, calib.info.extra, layers) if calib else ()
     measured = _measure(draft, calib, candidates, device) if candidates else []
-    if mode == "as-is":
+    final_unknown = config.aux_includes_final_layer and layers is None
+    if mode == "as-is" or final_unknown:
         served = feeds["vllm"].indices if feeds["vllm"].problem is None else None
-        return TapsDecision(served, {}, _record(mode, served, trained and trained.indices, "as-is",
-                                                "--serve-taps as-is: the ids as the source wrote them, each engine "
-                                                "reading them its own way", {}, {},
+        reason = ("--serve-taps as-is: the ids as the source wrote them, each engine reading them its own way"
+                  if mode == "as-is" else "the draft also reads the target's final layer, whose index needs the "
+                  "target's depth (give --calib): the ids kept as the source wrote them")
+        return TapsDecision(served, {}, _record(mode, served, trained and trained.indices, "as-is", reason, {}, {},
                                                 feeds, feeds, layers, calib_path, measured))
+    if trained is None and config.aux_layer_ids:
+        resolve_taps(config, layers)            # the config's ids name no layers the draft can be fed: why
     best, why = _best(measured, trained)
     if best is not None:
         chosen, decided_by, reason = best.indices, "measurement", why

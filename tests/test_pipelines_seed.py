@@ -105,6 +105,6 @@ def test_pipeline_imports_a_vllm_dump_and_validates_with_it(tmp_path):
     assert report.passed and report.metrics["acceptance_ratio"] > 0.9     # measured on the imported set
     served = Manifest.read(first.spec.out).serve_taps
     assert served.served == [1, 2, 3] and {m.name for m in served.measured} == {"trained=sglang", "vllm"}
-    assert {m.name for m in report.taps_measured} == {"trained=sglang", "vllm"}
+    assert {m.name for m in report.taps_measured} == {"trained=vllm=vllm_v2=sglang", "source:vllm"}   # the artifact's
     again = {s.name: s for s in run_pipeline(path).stages}
     assert again["calibrate"].status == "skipped" and "imported from" in again["calibrate"].detail
