@@ -6,18 +6,18 @@ import time
 from pathlib import Path
 
 from eagle3_quant.calib.backends import Backend
-from eagle3_quant.calib.engine_taps import TapRecord, capture_taps
+from eagle3_quant.calib.engine_taps import CapturePlan, capture_taps
 from eagle3_quant.calib.format import CalibrationInfo, load_calibration
 from eagle3_quant.calib.options import CalibrationOptions
 from eagle3_quant.calib.prompts import PromptSpec, sample_prompts
 from eagle3_quant.calib.result import CalibrationResult, estimate_bytes, set_bytes
 from eagle3_quant.calib.staging import ResumableOutput, check_inputs_apart, finished_set
-from eagle3_quant.calib.taps import Taps
 from eagle3_quant.calib.target import check_target, load_model, load_tokenizer, read_target
 from eagle3_quant.calib.vllm_capture import capture_with_vllm, find_vllm, with_engine
 
 from eagle3_quant.options import build_options
 from eagle3_quant.reading.draft import read_draft
+from eagle3_quant.reading.taps import Taps
 from eagle3_quant.util.progress import SILENT, Progress, human_bytes
 
 
@@ -44,43 +44,42 @@ def calibrate_target(target: str | Path, draft: str | Path, data: str | Path, ou
     spec = read_target(target, opts.trust_remote_code)
     check_inputs_apart(out, draft_ckpt.path, Path(spec.name))
     check_target(spec, draft_ckpt.config, str(draft_ckpt.path))
-    taps, record = capture_taps(draft_ckpt.config, spec.num_layers, opts.engine, opts.tap_convention,
-                                opts.aux_layer_ids)
+    plan = capture_taps(draft_ckpt.config, spec.num_layers, opts.engine, opts.tap_convention, opts.aux_layer_ids)
     tokenizer = load_tokenizer(spec, opts.trust_remote_code)
     prompt_spec = PromptSpec(_data_name(data), opts.num_samples, opts.seq_len, opts.seed, opts.column, opts.split,
                              opts.subset, opts.min_tokens, opts.generate_tokens)
     prompts = sample_prompts(prompt_spec, tokenizer)
     dtype = spec.dtype if opts.dtype == "auto" else opts.dtype
-    info = _info(spec.name, draft_ckpt.source.describe(), taps, record, spec.hidden_size, dtype, prompt_spec,
+    info = _info(spec.name, draft_ckpt.source.describe(), plan, spec.hidden_size, dtype, prompt_spec,
                  prompts.column.name, prompts.fingerprint())
     info = with_engine(info, engine) if engine else info
 
     done = finished_set(out, info, force)
     if done is not None:
         progress.say(f"{out} already holds this calibration set ({done.num_samples} samples): nothing to do")
-        return _result(out, info, taps, started, 0, 0, 0.0, 0, 0, done.num_samples)
+        return _result(out, info, plan.taps, started, 0, 0, 0.0, 0, 0, done.num_samples)
 
     max_tokens = prompts.tokens + len(prompts.prompts) * opts.generate_tokens
     target_output = ResumableOutput(out, info, force, opts.shard_samples, opts.shard_bytes)
     writer = target_output.open()
     try:
         resumed = writer.count
-        est_bytes = estimate_bytes(max_tokens, spec.hidden_size, dtype, len(taps.indices))
-        progress.say(_plan_text(spec, taps, record, prompts, max_tokens, est_bytes, resumed, target_output.staging))
+        est_bytes = estimate_bytes(max_tokens, spec.hidden_size, dtype, len(plan.indices))
+        progress.say(_plan_text(spec, plan, prompts, max_tokens, est_bytes, resumed, target_output.staging))
         if engine:
-            captured = capture_with_vllm(engine, out, spec, taps.indices, dtype, opts, tokenizer,
+            captured = capture_with_vllm(engine, out, spec, plan.indices, dtype, opts, tokenizer,
                                          prompts.prompts[resumed:], writer, progress, len(prompts.prompts), resumed)
         else:
-            captured = _capture(spec, taps, dtype, opts, tokenizer, prompts.prompts[resumed:], writer, progress,
-                                len(prompts.prompts), resumed)
+            captured = _capture(spec, plan.indices, dtype, opts, tokenizer, prompts.prompts[resumed:], writer,
+                                progress, len(prompts.prompts), resumed)
         target_output.finish(writer)
     finally:
         target_output.close()
-    return _result(out, info, taps, started, *captured, resumed)
+    return _result(out, info, plan.taps, started, *captured, resumed)
 
 
-def _capture(spec, taps: Taps, dtype: str, opts: CalibrationOptions, tokenizer, todo, writer, progress: Progress,
-             total: int, done: int):
+def _capture(spec, taps: tuple[int, ...], dtype: str, opts: CalibrationOptions, tokenizer, todo, writer,
+             progress: Progress, total: int, done: int):
     import torch
     from eagle3_quant.calib.capture import TargetRunner
 
@@ -88,7 +87,7 @@ def _capture(spec, taps: Taps, dtype: str, opts: CalibrationOptions, tokenizer, 
         return 0, 0, 0.0, 0, 0
     model = load_model(spec, dtype, opts.max_memory, opts.trust_remote_code)
     eos = tokenizer.eos_token_id
-    runner = TargetRunner(model, taps.indices, getattr(torch, dtype), [eos] if eos is not None else None)
+    runner = TargetRunner(model, taps, getattr(torch, dtype), [eos] if eos is not None else None)
     tokens = generated = cut = 0
     start = time.perf_counter()
     with progress.task("capture", total, done) as advance:
@@ -101,25 +100,29 @@ def _capture(spec, taps: Taps, dtype: str, opts: CalibrationOptions, tokenizer, 
     return len(todo), tokens, time.perf_counter() - start, generated, cut
 
 
-def _info(target: str, draft: str, taps: Taps, record: TapRecord, hidden: int, dtype: str, spec: PromptSpec,
+def _info(target: str, draft: str, plan: CapturePlan, hidden: int, dtype: str, spec: PromptSpec,
           column: str, fingerprint: str) -> CalibrationInfo:
-    extra = {"draft": draft, "tap_convention": taps.convention.value, "draft_aux_layer_ids": list(taps.ids),
-             **record.extra(),
+    extra = {"draft": draft, "tap_convention": plan.taps.convention.value, "draft_aux_layer_ids": list(plan.taps.ids),
+             **plan.record.extra(),
              "column": column, "split": spec.split, "subset": spec.subset, "num_samples": spec.num_samples,
              "seq_len": spec.seq_len, "seed": spec.seed, "min_tokens": spec.min_tokens,
              "generate_tokens": spec.generate_tokens, "prompts_sha256": fingerprint}
-    return CalibrationInfo(target, taps.indices, hidden, dtype, spec.data, extra)
+    return CalibrationInfo(target, plan.indices, hidden, dtype, spec.data, extra)
 
 
-def _plan_text(spec, taps: Taps, record: TapRecord, prompts, max_tokens: int, est_bytes: int, resumed: int,
+def _plan_text(spec, plan: CapturePlan, prompts, max_tokens: int, est_bytes: int, resumed: int,
                staging: Path) -> str:
+    taps = plan.taps
     lines = [f"target {spec.name}: {spec.architecture}, {spec.num_layers} layers, hidden {spec.hidden_size}",
              f"taps hidden_states{list(taps.indices)} (draft ids {list(taps.ids)}, {taps.convention.value} "
              f"convention, from {taps.origin})",
+             *(f"candidate {c.name}: hidden_states{list(c.indices)}" for c in plan.record.candidates
+               if len(plan.record.candidates) > 1),
+             f"capturing hidden_states{list(plan.indices)} in one pass",
              f"{len(prompts.prompts)} prompts from {prompts.dataset_rows} rows of column {prompts.column.name!r} "
              f"({prompts.rows_skipped} skipped as too short, {prompts.truncated} truncated); up to {max_tokens:,} "
              f"tokens, about {human_bytes(est_bytes)} on disk"]
-    lines.extend(record.notes)
+    lines.extend(plan.record.notes)
     if resumed:
         lines.append(f"resuming an interrupted run at sample {resumed} ({staging})")
     return "\n".join(lines)
@@ -129,6 +132,7 @@ def _result(out: Path, info: CalibrationInfo, taps: Taps, started: float, captur
             seconds: float, generated: int, cut: int, resumed: int) -> CalibrationResult:
     calib = load_calibration(out)
     return CalibrationResult(out, calib.num_samples, calib.num_tokens, time.perf_counter() - started,
-                             tokens / seconds if seconds > 0 else 0.0, taps.indices, taps.convention.value,
+                             tokens / seconds if seconds > 0 else 0.0, calib.info.aux_layer_ids,
+                             taps.convention.value,
                              info.dtype, set_bytes(calib), resumed, captured, tokens, seconds, generated, cut,
                              info.source, calib.info)

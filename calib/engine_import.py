@@ -4,6 +4,7 @@ the target: the layer count and ids, the taps, the hidden width, the token ids, 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -19,19 +20,28 @@ from eagle3_quant.reading.config import DraftConfig
 
 
 def _taps_and_layout(config: DraftConfig, spec: TargetSpec, opts, stored: int, where: Path):
-    """The engine's taps for the draft (or the ids/convention given) and the dump's layout. With no engine named
-    and dump ids given: the first engine whose taps the dump holds."""
+    """The engine's taps for the draft (or the ids/convention given), what to store, and the dump's layout.
+    Without dump ids the dump is taken to hold every candidate's layers plus the final one, else the engine's
+    taps plus the final one (whichever count matches); with no engine named and dump ids given: the first
+    engine whose taps the dump holds. Every candidate the dump holds is stored."""
     engines = [opts.engine] if opts.engine else [DEFAULT_ENGINE.value, *(e.value for e in Engine
                                                                             if e is not DEFAULT_ENGINE)]
     first_error = None
     for engine in engines:
-        taps, record = capture_taps(config, spec.num_layers, engine, opts.tap_convention, opts.aux_layer_ids)
-        try:
-            return taps, record, dump_layout(taps.indices, spec.num_layers, opts.dump_layer_ids, stored, where)
-        except TargetMismatchError as exc:
-            first_error = first_error or exc
-            if opts.dump_layer_ids is None:
-                break          # the layout was derived from these taps: another engine's would not help
+        plan = capture_taps(config, spec.num_layers, engine, opts.tap_convention, opts.aux_layer_ids)
+        guesses = [plan.taps.indices] if opts.dump_layer_ids is not None else [plan.indices, plan.taps.indices]
+        for needed in dict.fromkeys(guesses):
+            try:
+                layout = dump_layout(needed, spec.num_layers, opts.dump_layer_ids, stored, where)
+            except TargetMismatchError as exc:      # named for the engine's own taps, the least the draft needs
+                first_error = exc if needed == plan.taps.indices and first_error is None else first_error
+                continue
+            held = set(layout.layer_ids)
+            candidates = tuple(c for c in plan.record.candidates if set(c.indices) <= held)
+            keep = tuple(sorted({*plan.taps.indices, *(i for c in candidates for i in c.indices)}))
+            return plan.taps, replace(plan.record, candidates=candidates), layout, keep
+        if opts.dump_layer_ids is None:
+            break          # the layout was derived from these taps: another engine's would not help
     raise first_error
 
 
@@ -46,9 +56,9 @@ def engine_dump_source(dump: Path, fmt: DumpFormat, config: DraftConfig, spec: T
     if hidden != config.target_hidden_size:
         raise TargetMismatchError(f"hidden_states are {hidden} wide, the draft expects target hidden size "
                                   f"{config.target_hidden_size}", path=files[0], field="hidden_states")
-    taps, record, layout = _taps_and_layout(config, spec, opts, stored, files[0])
+    taps, record, layout, keep = _taps_and_layout(config, spec, opts, stored, files[0])
     dtype = str(first.hidden_states.dtype).removeprefix("torch.")
-    info = CalibrationInfo(spec.name, taps.indices, hidden, dtype if dtype in STATE_DTYPES else "float32",
+    info = CalibrationInfo(spec.name, keep, hidden, dtype if dtype in STATE_DTYPES else "float32",
                            f"{fmt.value}:{dump}",
                            {"imported_from": str(dump), "format": f"{fmt.value}-hidden-states",
                             "dump_layer_ids": list(layout.layer_ids), "dump_layer_ids_origin": layout.origin,
@@ -61,7 +71,7 @@ def engine_dump_source(dump: Path, fmt: DumpFormat, config: DraftConfig, spec: T
     if head.lm_head.shape[1] != hidden:
         raise TargetMismatchError(f"the target's lm_head reads width {head.lm_head.shape[1]}, the dump's states are "
                                   f"{hidden} wide", path=spec.name, field="hidden_size")
-    return taps, info, _samples(files, layout, taps.indices, spec.num_layers, head, stored, hidden), len(files)
+    return taps, info, _samples(files, layout, keep, spec.num_layers, head, stored, hidden), len(files)
 
 
 def _samples(files: list[Path], layout: DumpLayout, taps: tuple[int, ...], num_layers: int, head: TargetHead,

@@ -1,30 +1,32 @@
-"""The target hidden states each serving engine feeds a draft, read from the engines' own code.
+"""What a calibration set captures and records about the target layers each engine feeds the draft.
 
-vLLM 0.33 (``gpu_model_runner._get_eagle3_aux_layers_from_config``): the top-level
-``eagle_aux_hidden_state_layer_ids`` if present, else the nested ``eagle_config`` ones, each id L read as the
-input of layer L (``hidden_states[L]``); without ids ``(2, L//2, L-3)``, inputs too.
-SGLang 0.5.23 (``spec_aux_hidden_state.py``, ``LlamaForCausalLM.set_eagle3_layers_to_capture``): only the
-nested ``eagle_config`` ids, each captured as id+1 (the output of layer L); a top-level list is ignored and
-the defaults ``[2, L//2, L-3]`` (no +1) are used.
+The engines' rules and the candidates are data in the core (``eagle3_quant/engines/aux_taps.py``, read from
+vLLM's and SGLang's code). `calibrate` captures the union of the candidates in one pass (the trained layers, each
+engine's, and for a draft without ids the training defaults of both counts), so that `validate` and `quantize`
+can measure the acceptance under each one and rebuild any candidate's states from the set; ``--aux-layer-ids`` or
+``--tap-convention`` capture what they name instead.
 
-The training convention is what ``auto`` in `taps.py` resolves: nested ids were written by SpecForge
-(output count), top-level ids by speculators (input count). When the engine feeds other layers than the
-draft was trained on, `mismatch_line` says so, naming both index lists.
-
-Both engines concatenate the states in ascending layer order (see `taps.py`), so every index list here is
-ascending; ids written in another order get a note (`Taps.order_note`), a repeated tap is refused.
+Both engines concatenate the states in ascending layer order (see ``reading/taps.py``), so every index list here
+is ascending; ids written in another order get a note (`Taps.order_note`), a repeated tap is refused.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
 
-from eagle3_quant.calib.taps import AUX_KEY, TapConvention, Taps, resolve_taps
-
+from eagle3_quant.engines.aux_taps import (
+    TapCandidate,
+    candidate_union,
+    engine_feeds,
+    ids_read,
+    reader,
+    tap_candidates,
+    trained_taps,
+)
 from eagle3_quant.errors import DraftFormatError
 from eagle3_quant.reading.config import DraftConfig
+from eagle3_quant.reading.taps import AUX_KEY, TapConvention, Taps, resolve_taps
 
 
 class Engine(StrEnum):
@@ -35,44 +37,31 @@ class Engine(StrEnum):
 DEFAULT_ENGINE = Engine.vllm
 
 
-def _ids(raw: dict[str, Any]) -> tuple[tuple[int, ...] | None, tuple[int, ...] | None]:
-    nested = raw.get("eagle_config") if isinstance(raw.get("eagle_config"), dict) else {}
-    top, inner = raw.get(AUX_KEY), nested.get(AUX_KEY)
-    return (tuple(top) if top else None), (tuple(inner) if inner else None)
-
-
 def engine_taps(config: DraftConfig, num_layers: int | None, engine: Engine | str) -> Taps:
-    """The hidden_states indices `engine` captures for this draft on a `num_layers`-layer target."""
+    """The hidden_states indices `engine` captures for this draft on a `num_layers`-layer target (vLLM: its
+    model runner V1, which the CPU build runs; ``aux_taps.READERS`` has V2 too)."""
     engine = Engine(engine)
-    top, nested = _ids(dict(config.raw))
-    if engine is Engine.vllm:
-        ids, where = (top, AUX_KEY) if top else (nested, f"eagle_config.{AUX_KEY}")
-        convention = TapConvention.input
-    else:
-        ids, where, convention = nested, f"eagle_config.{AUX_KEY}", TapConvention.output
+    ids, where, convention = ids_read(engine.value, config.raw)
     if ids is None:
         if num_layers is None:
             raise DraftFormatError(f"{engine.value} uses its default taps for this draft, which depend on the "
                                    "target's layer count", field=AUX_KEY, hint="pass --target")
-        ids = (2, num_layers // 2, num_layers - 3)
-        where, convention = f"{engine.value} defaults for a {num_layers}-layer target", TapConvention.input
-    return resolve_taps(config, num_layers, convention, ids, f"{where}, as {engine.value} reads it")
+        ids, where = (2, num_layers // 2, num_layers - 3), f"{engine.value} defaults for a {num_layers}-layer target"
+    return resolve_taps(config, num_layers, convention, ids, f"{where}, as {reader(engine.value).label} reads it")
 
 
 def training_taps(config: DraftConfig, num_layers: int | None) -> Taps | None:
-    """The indices the draft was trained on when its config says so (None: unknown without the target)."""
-    try:
-        return resolve_taps(config, num_layers)
-    except DraftFormatError:
-        return None
+    """The indices the config's convention says the draft was trained on (None: it names no ids)."""
+    return trained_taps(config, num_layers)
 
 
 def mismatch_line(engine: str, engine_indices, training_indices) -> str | None:
     """One line when the engine feeds other layers than the draft was trained on; None when they agree."""
     if training_indices is None or list(engine_indices) == list(training_indices):
         return None
-    return (f"{engine} feeds this draft hidden_states{list(engine_indices)}, but its config says it was trained "
-            f"on hidden_states{list(training_indices)}: acceptance under {engine} may be lower than trained")
+    return (f"{engine} feeds this draft hidden_states{list(engine_indices)} as its config stands, but the config "
+            f"says it was trained on hidden_states{list(training_indices)}: `validate` measures the acceptance "
+            "under each, `quantize` (--serve-taps trained) writes the ids so that every engine feeds the trained ones")
 
 
 def stale_order(held, wanted) -> str | None:
@@ -93,11 +82,14 @@ class TapRecord:
     override: bool = False          # the user named the ids or the convention: the set holds those
     training_convention: str | None = None   # how the config's ids count (output: SpecForge, input: speculators)
     order_note: str | None = None   # the ids were written out of layer order (the set holds them ascending)
+    candidates: tuple[TapCandidate, ...] = ()   # the layer sets the set holds, each measurable on its own
+    target_layers: int | None = None
 
     def extra(self) -> dict:
         return {"engine": self.engine, "engine_aux_layer_ids": list(self.engine_indices),
                 "training_aux_layer_ids": None if self.training_indices is None else list(self.training_indices),
                 "training_convention": self.training_convention, "taps_override": self.override,
+                "tap_candidates": [c.to_dict() for c in self.candidates], "target_layers": self.target_layers,
                 **({"taps_order_note": self.order_note} if self.order_note else {})}
 
     @property
@@ -113,33 +105,76 @@ class TapRecord:
         if not extra.get("engine") or extra.get("engine_aux_layer_ids") is None:
             return None
         training = extra.get("training_aux_layer_ids")
+        candidates = tuple(TapCandidate.from_dict(c) for c in extra.get("tap_candidates") or ())
+        layers = extra.get("target_layers")
         return cls(extra["engine"], tuple(extra["engine_aux_layer_ids"]),
                    None if training is None else tuple(training), bool(extra.get("taps_override")),
-                   extra.get("training_convention"), extra.get("taps_order_note"))
+                   extra.get("training_convention"), extra.get("taps_order_note"), candidates,
+                   layers if isinstance(layers, int) else None)
 
 
-def tap_record(config: DraftConfig, num_layers: int | None, engine: Engine | str) -> TapRecord:
-    trained = training_taps(config, num_layers)
-    return TapRecord(Engine(engine).value, engine_taps(config, num_layers, engine).indices,
-                     None if trained is None else trained.indices, False,
-                     None if trained is None else trained.convention.value)
+@dataclass(frozen=True)
+class CapturePlan:
+    """What a capture or an import stores: `indices` (ascending), the engine's taps, and the record."""
+
+    indices: tuple[int, ...]
+    taps: Taps                      # the engine's taps (or those the user named): the convention and ids shown
+    record: TapRecord
 
 
 def capture_taps(config: DraftConfig, num_layers: int | None, engine: Engine | str,
                  convention: TapConvention | str = TapConvention.auto,
-                 ids: list[int] | tuple[int, ...] | None = None) -> tuple[Taps, TapRecord]:
-    """What to capture: the engine's taps, unless the user named the ids or the convention; and the record."""
+                 ids: list[int] | tuple[int, ...] | None = None) -> CapturePlan:
+    """What to capture: the union of the candidates (their states rebuild each candidate's), unless the user
+    named the ids or the convention; and the record."""
     override = ids is not None or TapConvention(convention) is not TapConvention.auto
+    engine = Engine(engine)
     taps = resolve_taps(config, num_layers, convention, ids) if override else engine_taps(config, num_layers, engine)
-    record = tap_record(config, num_layers, engine)
-    return taps, TapRecord(record.engine, record.engine_indices, record.training_indices, override,
-                           record.training_convention, taps.order_note)
+    trained = trained_taps(config, num_layers)
+    candidates = ((TapCandidate(("given",), taps.indices),) if override else
+                  tap_candidates(config, num_layers) if num_layers is not None else
+                  _depthless_candidates(config, taps, engine))
+    indices = candidate_union(candidates) or taps.indices
+    record = TapRecord(engine.value, taps.indices, None if trained is None else trained.indices, override,
+                       None if trained is None else trained.convention.value, taps.order_note, candidates,
+                       num_layers)
+    return CapturePlan(indices, taps, record)
+
+
+def _depthless_candidates(config: DraftConfig, taps: Taps, engine: Engine) -> tuple[TapCandidate, ...]:
+    """Without the target's depth (an import without --target): the engine's taps and the trained ones."""
+    trained = trained_taps(config, None)
+    found = {taps.indices: [engine.value]}
+    if trained is not None:
+        found.setdefault(trained.indices, []).insert(0, "trained")
+    return tuple(TapCandidate(tuple(labels), indices) for indices, labels in found.items())
+
+
+def held_candidates(config: DraftConfig, stored: tuple[int, ...], extra: dict,
+                    num_layers: int | None) -> tuple[TapCandidate, ...]:
+    """The candidates a set can rebuild: this draft's own (with the target's depth when known), then those the set
+    records for the draft it was captured for (its source: named ``source:...`` when this draft's config names
+    them otherwise, e.g. after `--serve-taps trained` rewrote the ids), whose layers it stores; the layers it
+    stores when none of them is there."""
+    record = TapRecord.from_extra(extra or {})
+    layers = num_layers if num_layers is not None else (record.target_layers if record else None)
+    found: dict[tuple[int, ...], tuple[str, ...]] = {}
+    for candidate in tap_candidates(config, layers):
+        if set(candidate.indices) <= set(stored):
+            found[candidate.indices] = candidate.labels
+    for candidate in record.candidates if record else ():
+        if set(candidate.indices) <= set(stored) and candidate.indices not in found:
+            found[candidate.indices] = (f"source:{candidate.name}",)
+    if not found and len(stored) == config.num_aux:
+        found[tuple(stored)] = ("stored",)
+    return tuple(TapCandidate(labels, indices) for indices, labels in found.items())
 
 
 def served_taps(config: DraftConfig, num_layers: int | None = None) -> dict:
     """Training taps, each engine's taps, and one note per engine that feeds other layers (data-free)."""
     trained = training_taps(config, num_layers)
-    summary: dict = {"training": None if trained is None else list(trained.indices), "notes": []}
+    summary: dict = {"training": None if trained is None else list(trained.indices), "notes": [],
+                     "feeds": [f.to_dict() for f in engine_feeds(config, num_layers)]}
     for engine in Engine:
         try:
             indices = engine_taps(config, num_layers, engine).indices

@@ -4,7 +4,7 @@ Folder layout::
 
     CAL/calib.json                 index: format, version, info, shards, complete (written after each shard)
     CAL/shard-00000.safetensors    per sample i: input_ids.{i} int64 [T],
-                                   aux_hidden_states.{i} bf16/fp16/fp32 [T, 3*H_target],
+                                   aux_hidden_states.{i} bf16/fp16/fp32 [T, n*H_target] (n stored layers),
                                    target_next_ids.{i} int64 [T]
 
 Alignment (the Eagle3 convention vLLM uses): ``aux_hidden_states[t]`` are the target's hidden states at
@@ -17,7 +17,9 @@ sample is the target's own greedy continuation, ``input_ids[t+1] == target_next_
 ``t >= generated_from - 1``.
 
 ``info.aux_layer_ids`` are transformers ``output_hidden_states`` indices: k is the input of decoder layer k
-(0 = the embeddings), the count EAGLE, vLLM and speculators use.
+(0 = the embeddings), the count EAGLE, vLLM and speculators use. A set may store more layers than the draft
+reads (`calibrate` captures the union of the candidate tap sets, ``info.extra.tap_candidates``): `select`
+gives the set as a draft fed one candidate reads it.
 
 Each shard is written to a temporary name and renamed, then the index is replaced atomically, so a killed
 writer leaves an index that lists only whole shards. A writer opened with ``mark_incomplete=True`` (what
@@ -29,7 +31,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -95,9 +97,26 @@ class CalibrationSample:
 @dataclass(frozen=True)
 class CalibrationSet:
     path: Path
-    info: CalibrationInfo
+    info: CalibrationInfo              # a view (`select`): aux_layer_ids are the layers it yields
     shards: tuple[dict, ...]
     complete: bool = True
+    stored: tuple[int, ...] | None = None   # a view: the layers the shards hold (a superset, ascending)
+
+    @property
+    def stored_layers(self) -> tuple[int, ...]:
+        return self.stored if self.stored is not None else tuple(self.info.aux_layer_ids)
+
+    def select(self, indices) -> CalibrationSet:
+        """The set as a draft fed `indices` reads it: those layers' states, in ascending order, out of the ones
+        stored (a set captured for several candidate tap sets holds their union)."""
+        indices, held = tuple(indices), self.stored_layers
+        missing = [i for i in indices if i not in held]
+        if missing:
+            raise DraftFormatError(f"holds hidden_states{list(held)}, not hidden_states{missing} of "
+                                   f"{list(indices)}", path=self.path, field="aux_layer_ids")
+        if indices == held:
+            return replace(self, info=replace(self.info, aux_layer_ids=held), stored=None)
+        return replace(self, info=replace(self.info, aux_layer_ids=indices), stored=held)
 
     @property
     def num_samples(self) -> int:
@@ -122,7 +141,16 @@ class CalibrationSet:
                 except Exception as exc:
                     raise DraftFormatError(f"cannot read sample {i}: {_first_line(exc)}", path=file) from exc
                 check_finite_states(sample.aux_hidden_states, f"{file} sample {i}")
-                yield sample
+                yield self._viewed(sample)
+
+    def _viewed(self, sample: CalibrationSample) -> CalibrationSample:
+        if self.stored is None:
+            return sample
+        held, hidden, states = self.stored, self.info.target_hidden_size, sample.aux_hidden_states
+        if states.dim() != 2 or states.shape[-1] != len(held) * hidden:
+            return sample                          # the sample's own check names the shape
+        picked = states.view(states.shape[0], len(held), hidden)[:, [held.index(i) for i in self.info.aux_layer_ids]]
+        return replace(sample, aux_hidden_states=picked.reshape(states.shape[0], -1))
 
 
 def load_calibration(path: str | Path, *, allow_partial: bool = False) -> CalibrationSet:

@@ -10,13 +10,14 @@ and lm_head.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 from eagle3_quant.calib.dump_formats import ENGINE_FORMATS, DumpFormat
 from eagle3_quant.calib.engine_dump import detect_engine_dump
 from eagle3_quant.calib.engine_import import engine_dump_source
-from eagle3_quant.calib.engine_taps import DEFAULT_ENGINE, Engine, TapRecord, capture_taps, stale_order
+from eagle3_quant.calib.engine_taps import DEFAULT_ENGINE, CapturePlan, Engine, TapRecord, capture_taps, stale_order
 from eagle3_quant.calib.format import (
     INDEX_NAME,
     STATE_DTYPES,
@@ -30,12 +31,12 @@ from eagle3_quant.calib.options import ImportOptions
 from eagle3_quant.calib.result import CalibrationResult, set_bytes
 from eagle3_quant.calib.specforge import find_files, is_specforge_dump, read_record
 from eagle3_quant.calib.staging import check_inputs_apart
-from eagle3_quant.calib.taps import Taps, resolve_taps
 from eagle3_quant.calib.target import check_target, read_target
 
 from eagle3_quant.errors import CalibrationDataError, TargetMismatchError
 from eagle3_quant.options import build_options
 from eagle3_quant.reading.draft import read_draft
+from eagle3_quant.reading.taps import Taps, resolve_taps
 from eagle3_quant.util.outdir import staged_output
 from eagle3_quant.util.progress import SILENT, Progress
 
@@ -67,11 +68,12 @@ def import_calibration(dump: str | Path, draft: str | Path, out: str | Path, opt
     fmt = _dump_format(dump, DumpFormat(opts.format))
     if fmt is DumpFormat.calibration:
         source = load_calibration(dump)
-        taps, record = _dump_taps(draft_ckpt.config, num_layers, engine, tap_convention, aux_layer_ids, source.info)
-        info = _checked_info(source.info, taps, record, hidden, dump)
-        records, total = source.samples(), source.num_samples
+        plan = _dump_taps(draft_ckpt.config, num_layers, engine, tap_convention, aux_layer_ids, source.info)
+        info = _checked_info(source.info, plan, hidden, dump)
+        records, total, stored = source.samples(), source.num_samples, len(source.stored_layers)
     elif fmt in ENGINE_FORMATS:
         taps, info, records, total = engine_dump_source(dump, fmt, draft_ckpt.config, spec, opts)
+        stored = len(info.aux_layer_ids)
     else:
         if spec is None:
             raise CalibrationDataError("SpecForge files hold the target's last hidden state, not its predictions",
@@ -81,16 +83,16 @@ def import_calibration(dump: str | Path, draft: str | Path, out: str | Path, opt
             raise CalibrationDataError("holds no SpecForge data_*.ckpt files (specforge format)", path=dump)
         taps = resolve_taps(draft_ckpt.config, num_layers, tap_convention, aux_layer_ids)
         record = capture_taps(draft_ckpt.config, num_layers, engine or DEFAULT_ENGINE, tap_convention,
-                              aux_layer_ids)[1]
+                              aux_layer_ids).record
         info = _specforge_info(spec.name, taps, record, hidden, dump, files[0])
-        records, total = _from_specforge(files, load_lm_head(spec.name), vocab), len(files)
+        records, total, stored = _from_specforge(files, load_lm_head(spec.name), vocab), len(files), len(taps.indices)
     state_dtype = STATE_DTYPES[info.dtype]
     start = time.perf_counter()
     with staged_output(out, dump, force) as staging, progress.task("import", total) as advance:
         writer = CalibrationWriter(staging, info, shard_samples, shard_bytes, mark_incomplete=True)
         for n, sample in enumerate(records):
             where = f"{dump} sample {n}"
-            sample.check(hidden, where, len(taps.indices))
+            sample.check(hidden, where, stored)
             _check_vocab(sample, vocab, where)
             writer.add(CalibrationSample(sample.input_ids, sample.aux_hidden_states.to(state_dtype),
                                          sample.target_next_ids, sample.generated_from))
@@ -99,8 +101,8 @@ def import_calibration(dump: str | Path, draft: str | Path, out: str | Path, opt
     seconds = time.perf_counter() - start
     calib = load_calibration(out)
     return CalibrationResult(out, calib.num_samples, calib.num_tokens, time.perf_counter() - started,
-                             calib.num_tokens / seconds if seconds > 0 else 0.0, taps.indices,
-                             taps.convention.value, info.dtype, set_bytes(calib), 0, calib.num_samples,
+                             calib.num_tokens / seconds if seconds > 0 else 0.0, calib.info.aux_layer_ids,
+                             _convention(calib.info), info.dtype, set_bytes(calib), 0, calib.num_samples,
                              calib.num_tokens, seconds, 0, 0, info.source, calib.info)
 
 
@@ -121,22 +123,32 @@ def _dump_format(dump: Path, asked: DumpFormat) -> DumpFormat:
                                "extract_hidden_states files nor speculators hs_*.safetensors files", path=dump)
 
 
-def _dump_taps(config, num_layers, engine, convention, ids, info: CalibrationInfo) -> tuple[Taps, TapRecord]:
+def _convention(info: CalibrationInfo) -> str:
+    return str((info.extra or {}).get("tap_convention") or (info.extra or {}).get("training_convention") or "input")
+
+
+def _dump_taps(config, num_layers, engine, convention, ids, info: CalibrationInfo) -> CapturePlan:
     """The taps a calibration-format dump must hold: the named engine's, the recorded one's, else the first
-    engine's that matches (vLLM's when none does, for the error)."""
+    engine's it holds (vLLM's when it holds none, for the error)."""
     recorded = TapRecord.from_extra(info.extra or {})
     named = engine or (recorded.engine if recorded and recorded.engine in Engine.__members__ else None)
+    layers = num_layers if num_layers is not None else (recorded.target_layers if recorded else None)
     if named:
-        return capture_taps(config, num_layers, named, convention, ids)
-    candidates = [capture_taps(config, num_layers, e, convention, ids) for e in Engine]
-    return next((c for c in candidates if c[0].indices == tuple(info.aux_layer_ids)), candidates[0])
+        return capture_taps(config, layers, named, convention, ids)
+    plans = [capture_taps(config, layers, e, convention, ids) for e in Engine]
+    held = set(info.aux_layer_ids)
+    return next((p for p in plans if set(p.taps.indices) <= held), plans[0])
 
 
-def _checked_info(info: CalibrationInfo, taps: Taps, record: TapRecord, hidden: int, dump: Path) -> CalibrationInfo:
+def _checked_info(info: CalibrationInfo, plan: CapturePlan, hidden: int, dump: Path) -> CalibrationInfo:
+    """The dump holds the engine's taps (it may hold more: every candidate's); its record, with the candidates
+    it can rebuild."""
+    taps = plan.taps
     if info.target_hidden_size != hidden:
         raise TargetMismatchError(f"the dump holds states of hidden size {info.target_hidden_size}, the draft "
                                   f"expects {hidden}", path=dump, field="target_hidden_size")
-    if tuple(info.aux_layer_ids) != taps.indices:
+    held = list(info.aux_layer_ids)
+    if held != sorted(set(held)) or not set(taps.indices) <= set(held):
         raise TargetMismatchError(
             f"the dump holds hidden_states{list(info.aux_layer_ids)}, the draft reads hidden_states"
             f"{list(taps.indices)} (ids {list(taps.ids)}, {taps.convention.value} convention, from {taps.origin})",
@@ -145,6 +157,9 @@ def _checked_info(info: CalibrationInfo, taps: Taps, record: TapRecord, hidden: 
     if info.dtype not in STATE_DTYPES:
         raise CalibrationDataError(f"dtype {info.dtype!r} is not one of {', '.join(STATE_DTYPES)}", path=dump,
                                    field="dtype")
+    held = set(info.aux_layer_ids)
+    candidates = tuple(c for c in plan.record.candidates if set(c.indices) <= held)
+    record = replace(plan.record, candidates=candidates)
     return CalibrationInfo(info.target, info.aux_layer_ids, info.target_hidden_size, info.dtype, info.source,
                            {**info.extra, **record.extra(), "imported_from": str(dump)})
 
@@ -152,6 +167,7 @@ def _checked_info(info: CalibrationInfo, taps: Taps, record: TapRecord, hidden: 
 def _specforge_info(target: str, taps: Taps, record: TapRecord, hidden: int, dump: Path,
                     first: Path) -> CalibrationInfo:
     dtype = str(read_record(first).aux_hidden_state.dtype).removeprefix("torch.")
+    record = replace(record, candidates=tuple(c for c in record.candidates if set(c.indices) <= set(taps.indices)))
     return CalibrationInfo(target, taps.indices, hidden, dtype if dtype in STATE_DTYPES else "float32",
                            f"specforge:{dump}", {"imported_from": str(dump), "format": "specforge-offline",
                                                  "tap_convention": taps.convention.value,

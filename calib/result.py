@@ -17,7 +17,7 @@ class CalibrationResult:
     tokens: int
     seconds: float                # wall time of this call
     tokens_per_second: float      # capture throughput of this call (0.0 when nothing had to be captured)
-    taps: tuple[int, ...]         # transformers hidden_states indices (input of layer k)
+    taps: tuple[int, ...]         # the hidden_states indices stored (input of layer k): every candidate's layers
     tap_convention: str           # how the draft config counts its ids: input or output
     dtype: str
     bytes: int                    # on disk

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from eagle3_quant.engines.aux_taps import taps_summary
 from eagle3_quant.engines.draft_support import engine_refusals
 from eagle3_quant.engines.vllm_names import exclude_pattern
 from eagle3_quant.reading.config import DraftConfig
@@ -49,6 +50,7 @@ class DraftInspection:
     vllm_exclude: list[str]
     estimated_output_bytes: int
     engines: dict[str, str | None]  # engine -> None when it serves the draft, else the one-line reason it refuses
+    taps: dict                      # per engine the target layers fed, the trained ones, the candidates (aux_taps)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -78,10 +80,14 @@ def _heads(cfg: DraftConfig) -> str:
 
 
 def inspect_draft(src: str | Path, scheme: str = DEFAULT_SCHEME, exclude: Sequence[str] | None = None,
-                  quantize_fc: bool = False, revision: str | None = None) -> DraftInspection:
+                  quantize_fc: bool = False, revision: str | None = None,
+                  target: str | Path | None = None) -> DraftInspection:
+    """`target` (a folder or Hub id; its config.json only): the depth the engines' default taps depend on."""
     from eagle3_quant.plan import make_plan
+    from eagle3_quant.reading.target_depth import target_layers
 
     draft = read_draft_headers(src, revision)
+    layers = target_layers(target) if target is not None else None
     plan = make_plan(draft, get_scheme(scheme), exclude, quantize_fc)
     cfg = draft.config
     tensors = draft.checkpoint.tensors
@@ -113,6 +119,7 @@ def inspect_draft(src: str | Path, scheme: str = DEFAULT_SCHEME, exclude: Sequen
             draft, {d.module for d in plan.quantized}, static_input=not plan.scheme.input.dynamic,
             mx_bits=plan.scheme.weight.element_bits if plan.scheme.mx else None),
         engines=_engines(draft),
+        taps=taps_summary(cfg, layers),
     )
 
 

@@ -224,10 +224,12 @@ def import_options(spec: PipelineSpec, **runtime: Any) -> ImportOptions:
 
 
 def quantize_options(spec: PipelineSpec, **runtime: Any) -> QuantizeOptions:
-    """The quantize stage's options; `calib` is the workdir's set when the scheme or auto_exclude needs one."""
+    """The quantize stage's options; `calib` is the workdir's set when the scheme or auto_exclude needs one, or
+    when there is one and serve_taps is trained (the candidate layers are measured on it)."""
+    has_calib = bool(spec.calibrate.data or spec.calibrate.from_dump)
     needs_calib = (_needs_calibration(spec.scheme) or spec.quantize.auto_exclude is not None
                    or spec.quantize.draft_vocab is not None or spec.quantize.smooth_alpha is not None
-                   or spec.quantize.gptq)
+                   or spec.quantize.gptq or (has_calib and spec.quantize.serve_taps == "trained"))
     return QuantizeOptions(**section_values(spec.quantize), scheme=spec.scheme, revision=spec.revision,
                            calib=spec.calib if needs_calib else None, **runtime)
 

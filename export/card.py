@@ -16,6 +16,7 @@ from typing import Any
 from eagle3_quant.export.card_auto import auto_section
 from eagle3_quant.export.card_engine import engine_rows
 from eagle3_quant.export.card_estimate import estimate_rows, vocab_text
+from eagle3_quant.export.card_taps import taps_section
 
 from eagle3_quant.errors import PublishError
 from eagle3_quant.reading.source_card import repo_id_from_cache_path, source_card_info
@@ -96,7 +97,7 @@ def _headline(validation: ValidationSummary) -> str:
 
 
 def _reproduce(source: SourceRecord, scheme: str, layers: list[LayerRecord], repo_id: str,
-               pruned_to: int | None = None, gptq: bool = False) -> list[str]:
+               pruned_to: int | None = None, gptq: bool = False, serve_taps=None) -> list[str]:
     src = source.repo_id or public_name(source.path) or "SRC"
     revision = f" --revision {source.commit}" if source.repo_id and source.commit else ""
     flags = [f" --exclude {d.module}" for d in layers if not d.quantized and d.role not in DEFAULT_ROLES_KEPT]
@@ -107,6 +108,10 @@ def _reproduce(source: SourceRecord, scheme: str, layers: list[LayerRecord], rep
         flags.append(f" --draft-vocab {pruned_to}" + ("" if calib else " --calib CAL"))
     if gptq:
         flags.append(" --gptq" + ("" if calib or pruned_to is not None else " --calib CAL"))
+    if serve_taps is not None and serve_taps.mode == "as-is":
+        flags.append(" --serve-taps as-is")
+    elif serve_taps is not None and serve_taps.decided_by == "measurement" and not (calib or pruned_to or gptq):
+        flags.append(" --calib CAL")        # the layers were chosen by measuring the candidates on it
     return [f"eagle3-quant quantize {src} OUT --scheme {scheme}{revision}{calib}{''.join(flags)}",
             f"eagle3-quant validate OUT --reference {src}{calib or (' --calib CAL' if pruned_to else '')}",
             f"eagle3-quant push OUT --repo-id {repo_id}"]
@@ -181,12 +186,12 @@ def build_card(out: str | Path, repo_id: str | None = None, *, target: str | Non
         validation_headline=_headline(validation), metric_rows=_metric_rows(validation),
         estimate_rows=estimate_rows(out), engine_rows=engine_rows(validation.engine_run),
         vocab_text=vocab_text(manifest.vocab_pruning),
-        auto=auto_section(manifest.auto_choice),
+        auto=auto_section(manifest.auto_choice), taps=taps_section(manifest.serve_taps, validation),
         checks=validation.checks, pipeline=pipeline, sglang=_sglang_check(validation),
         vllm_taps_notes=[n for n in validation.taps_notes if n.startswith("vllm ")],
         sglang_taps_notes=[n for n in validation.taps_notes if n.startswith("sglang ")],
         reproduce=_reproduce(source, scheme.name, layers, repo_id, (manifest.vocab_pruning or {}).get("draft_vocab"),
-                             manifest.gptq is not None),
+                             manifest.gptq is not None, manifest.serve_taps),
         recorded_command=_recorded_command(manifest.command), device=manifest.device,
         outputs=manifest.outputs, inputs=manifest.inputs, calibration_text=_calibration_text(manifest),
     )

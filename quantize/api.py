@@ -12,6 +12,7 @@ from eagle3_quant.quantize.export_config import rewrite_config
 from eagle3_quant.quantize.finite_scan import scan_source
 from eagle3_quant.quantize.options import AUTO_SCHEME, QuantizeOptions
 from eagle3_quant.quantize.quark_import import import_quark_in_background
+from eagle3_quant.quantize.serve_taps import TapsDecision, decide_serve_taps
 from eagle3_quant.quantize.side_files import copy_side_files
 from eagle3_quant.quantize.source_guard import check_source_unchanged, identities
 from eagle3_quant.quantize.verify_export import verify_export
@@ -58,13 +59,13 @@ class QuantizeResult:
 
 
 def _auto_exclude(draft, scheme: str, plan: QuantPlan, calib, threshold: float, device: str,
-                  ) -> tuple[dict, dict[str, str]]:
+                  taps: tuple[int, ...] | None = None) -> tuple[dict, dict[str, str]]:
     """Measure the planned groups' sensitivity: (report for the manifest, role -> reason to keep it BF16)."""
     from eagle3_quant.quantize.sensitivity import linear_groups, measure_sensitivity
 
     planned = {d.role for d in plan.quantized}
     groups = [g for g, (roles, _) in linear_groups(draft).items() if set(roles) <= planned]
-    report = measure_sensitivity(draft.path, calib, scheme=scheme, device=device, groups=groups)
+    report = measure_sensitivity(draft.path, calib, scheme=scheme, device=device, groups=groups, taps=taps)
     reasons = {role: f"auto-exclude: quantizing {g.group} alone changes the draft's top-1 on "
                      f"{g.disagreement:.2%} of {report.positions} calibration positions (> {threshold:.2%}), "
                      f"KL {g.kl:.3g}"
@@ -84,7 +85,9 @@ def quantize_draft(src: str | Path, out: str | Path, options: QuantizeOptions | 
     converted to safetensors beside OUT (the source is only read); `draft_vocab` (needs `calib`) keeps the N
     target tokens the target emits most often in the calibration set (``quantize/vocab_prune.py``): the pruned
     BF16 draft is quantized as any source. `quantize_lm_head` is refused: no engine loads a quantized Eagle3
-    lm_head (``eagle3_quant/lm_head_support.py``).
+    lm_head (``eagle3_quant/lm_head_support.py``). `serve_taps` (``quantize/serve_taps.py``): trained writes the ids
+    so that every engine feeds the layers the draft was trained on (the config's convention, or measured on
+    `calib`), as-is keeps them.
     """
     opts = build_options(QuantizeOptions, options, overrides)
     with claimed_output(Path(out), opts.force, Path(src)):   # one writer per OUT, from the first check to the rename
@@ -121,16 +124,21 @@ def _quantize_auto(src: str | Path, out: str | Path, opts: QuantizeOptions) -> Q
     target_token_counts(opts.calib, draft.config.vocab_size)     # target ids of another vocabulary: refused here
     check_vocab_map(draft)
     scan_source(draft)
-    chosen, record = run_auto(draft, opts.calib, calibration, opts.exclude, opts.engine, opts.min_acceptance_ratio,
-                              pick_device(opts.device))
+    taps = _serve_taps(draft, opts)
+    chosen, record = run_auto(draft, opts.calib, check_calibration(draft, calibration, taps.indices), opts.exclude,
+                              opts.engine, opts.min_acceptance_ratio, pick_device(opts.device))
     picked = replace(opts, scheme=chosen.scheme, quantize_fc=chosen.quantize_fc, draft_vocab=chosen.draft_vocab)
     if chosen.draft_vocab is not None:
-        return _quantize_pruned(src, out, picked, auto_choice=record)
-    return _quantize(src, out, picked, auto_choice=record)
+        return _quantize_pruned(src, out, picked, auto_choice=record, taps=taps)
+    return _quantize(src, out, picked, auto_choice=record, taps=taps)
+
+
+def _serve_taps(draft, opts: QuantizeOptions) -> TapsDecision:
+    return decide_serve_taps(draft, opts.serve_taps, opts.calib, serving_engines(opts.engine), pick_device(opts.device))
 
 
 def _quantize_pruned(src: str | Path, out: str | Path, opts: QuantizeOptions,
-                     auto_choice: AutoChoiceRecord | None = None) -> QuantizeResult:
+                     auto_choice: AutoChoiceRecord | None = None, taps: TapsDecision | None = None) -> QuantizeResult:
     """--draft-vocab (and the --quantize-lm-head refusal): argument errors first, then the pruning pre-pass."""
     from eagle3_quant.quantize.vocab_prune import vocab_pruned
 
@@ -143,9 +151,10 @@ def _quantize_pruned(src: str | Path, out: str | Path, opts: QuantizeOptions,
         raise SchemeError("--draft-vocab needs a safetensors draft; --allow-pickle converts only unpruned drafts",
                           field="draft_vocab")
     out = check_output_target(Path(out), draft.path, opts.force)
+    taps = taps or _serve_taps(draft, opts)
     with vocab_pruned(draft, opts.calib, opts.draft_vocab, out) as (folder, record):
         return _quantize(folder, out, replace(opts, revision=None), origin=draft.source,
-                         vocab_pruning=record.to_dict(), auto_choice=auto_choice)
+                         vocab_pruning=record.to_dict(), auto_choice=auto_choice, taps=taps)
 
 
 def _quantize_smoothed(src: str | Path, out: str | Path, opts: QuantizeOptions) -> QuantizeResult:
@@ -156,9 +165,11 @@ def _quantize_smoothed(src: str | Path, out: str | Path, opts: QuantizeOptions) 
     draft = _read_served(src, opts)
     out = check_output_target(Path(out), draft.path, opts.force)
     roles = {d.role for d in make_plan(draft, get_scheme(opts.scheme), opts.exclude, opts.quantize_fc).quantized}
-    with smoothed(draft, opts.calib, opts.smooth_alpha, roles, out, CALIBRATION_STEPS) as (folder, record):
+    taps = _serve_taps(draft, opts)
+    with smoothed(draft, opts.calib, opts.smooth_alpha, roles, out, CALIBRATION_STEPS, taps.indices) as (folder,
+                                                                                                      record):
         return _quantize(folder, out, replace(opts, revision=None), origin=draft.source,
-                         smoothing=record.to_dict())
+                         smoothing=record.to_dict(), taps=taps)
 
 
 def _read_served(src: str | Path, opts: QuantizeOptions):
@@ -177,7 +188,7 @@ def _check_resources(draft, out: Path, plan: QuantPlan, in_memory: bool) -> None
 
 def _quantize(src: str | Path, out: str | Path, opts: QuantizeOptions, origin: DraftSource | None = None,
               vocab_pruning: dict | None = None, auto_choice: AutoChoiceRecord | None = None,
-              smoothing: dict | None = None) -> QuantizeResult:
+              smoothing: dict | None = None, taps: TapsDecision | None = None) -> QuantizeResult:
     started = time.perf_counter()
     chosen = get_scheme(opts.scheme)
     exclude, quantize_fc, calib, auto_exclude = opts.exclude, opts.quantize_fc, opts.calib, opts.auto_exclude
@@ -190,11 +201,13 @@ def _quantize(src: str | Path, out: str | Path, opts: QuantizeOptions, origin: D
         in_memory = chosen.needs_calibration or opts.gptq or auto_exclude is not None   # the whole draft at once
         _check_resources(draft, out, plan, in_memory)
         check_vocab_map(draft)
-        if chosen.needs_calibration or opts.gptq:      # a set of another draft is refused before any work
+    with timer.stage("serve taps (measured on --calib)" if calib is not None and taps is None else "serve taps"):
+        taps = taps or _serve_taps(draft, opts)
+        if chosen.needs_calibration or opts.gptq:   # a set of another draft, or without these layers, is refused
             from eagle3_quant.calib.format import load_calibration
             from eagle3_quant.quantize.calibration import check_calibration
 
-            check_calibration(draft, load_calibration(calib))
+            check_calibration(draft, load_calibration(calib), taps.indices)
     quark_import = import_quark_in_background(opts.verbose)   # overlaps the source scan below
     source = origin or draft.source
     with timer.stage("scan source (sha256 + NaN/Inf)"):
@@ -205,7 +218,7 @@ def _quantize(src: str | Path, out: str | Path, opts: QuantizeOptions, origin: D
     sensitivity = None
     if auto_exclude is not None:
         with timer.stage("auto-exclude sensitivity"):
-            sensitivity, reasons = _auto_exclude(draft, chosen.name, plan, calib, auto_exclude, device)
+            sensitivity, reasons = _auto_exclude(draft, chosen.name, plan, calib, auto_exclude, device, taps.indices)
         plan = make_plan(draft, chosen, exclude, quantize_fc, reasons)
         if not plan.quantized:
             raise SchemeError(f"--auto-exclude {auto_exclude} keeps every linear BF16: nothing left to quantize",
@@ -220,7 +233,8 @@ def _quantize(src: str | Path, out: str | Path, opts: QuantizeOptions, origin: D
             if chosen.needs_calibration or opts.gptq:
                 from eagle3_quant.quantize.quark_memory import run_in_memory
 
-                made = run_in_memory(draft, plan, calib, staging, device, opts.verbose, gptq=opts.gptq)
+                made = run_in_memory(draft, plan, calib, staging, device, opts.verbose, gptq=opts.gptq,
+                                     taps=taps.indices)
                 calibration = made.calibration.to_dict() if made.calibration is not None else None
                 gptq = made.gptq.to_dict() if made.gptq is not None else None
             else:
@@ -230,7 +244,7 @@ def _quantize(src: str | Path, out: str | Path, opts: QuantizeOptions, origin: D
         with timer.stage("config + side files"):
             for written in staging.glob("*.safetensors"):
                 os.chmod(written, 0o644)
-            config = rewrite_config(staging / "config.json", draft.config.raw, plan)
+            config = rewrite_config(staging / "config.json", draft.config.raw, plan, taps.written)
             copy_side_files(draft.path, staging)
         with timer.stage("verify + sha256 outputs"):
             verified = verify_export(draft, staging, plan)   # after the last write: its digests go in the manifest
@@ -243,7 +257,7 @@ def _quantize(src: str | Path, out: str | Path, opts: QuantizeOptions, origin: D
         with timer.stage("manifest"):
             body = _manifest(draft, source, origin, plan, config, device, calibration, sensitivity, vocab_pruning,
                              inputs, smoothing)
-            body = replace(body, auto_choice=auto_choice, gptq=gptq)
+            body = replace(body, auto_choice=auto_choice, gptq=gptq, serve_taps=taps.record)
             manifest = write_manifest(staging, body, verified.files)
             write_local_record(staging, source.path)   # hidden, never published: validate's default reference
     return QuantizeResult(out, manifest, plan, loader, time.perf_counter() - started, timer.seconds)

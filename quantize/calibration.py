@@ -15,7 +15,18 @@ from eagle3_quant.reading.layout import EMBEDDING_NAMES
 CALIBRATION_STEPS = 3
 
 
-def check_calibration(draft: DraftCheckpoint, calib: CalibrationSet) -> None:
+def check_calibration(draft: DraftCheckpoint, calib: CalibrationSet,
+                      taps: tuple[int, ...] | None = None) -> CalibrationSet:
+    """The set, checked against the draft, as the draft reads it: the layers `taps` (what the artifact is served
+    with), else the trained ones or vLLM's (``calib/served.py``), out of the union a set may store."""
+    from eagle3_quant.calib.served import draft_view
+
+    check_calibration_size(draft, calib)
+    return draft_view(calib, draft.config, taps, "the artifact is served", trust_unrecorded=True)
+
+
+def check_calibration_size(draft: DraftCheckpoint, calib: CalibrationSet) -> None:
+    """The set's states are as wide as the draft's fc reads per layer, and it holds samples."""
     if calib.info.target_hidden_size != draft.config.target_hidden_size:
         raise DraftFormatError(f"calibration hidden states are {calib.info.target_hidden_size} wide per layer, the "
                                f"draft's fc expects target_hidden_size {draft.config.target_hidden_size}",

@@ -16,8 +16,12 @@ def vllm_exclude(plan: QuantPlan) -> list[str]:
     return [exclude_pattern(d.role) for d in plan.excluded]
 
 
-def rewrite_config(config_path: Path, source_config: Mapping[str, Any], plan: QuantPlan) -> dict:
-    """Replace Quark's plain exclude names by anchored `re:` patterns; keep every source key as it was."""
+def rewrite_config(config_path: Path, source_config: Mapping[str, Any], plan: QuantPlan,
+                   taps: Mapping[str, Any] | None = None) -> dict:
+    """Replace Quark's plain exclude names by anchored `re:` patterns; keep every source key as it was but the
+    aux layer ids `taps` names (``quantize/serve_taps.py``: the layers each engine feeds)."""
+    from eagle3_quant.engines.aux_taps import apply_written
+
     config = json.loads(config_path.read_text())
     qc = config.get("quantization_config")
     if not isinstance(qc, dict):
@@ -31,5 +35,6 @@ def rewrite_config(config_path: Path, source_config: Mapping[str, Any], plan: Qu
                                     field=key)
     ordered = {k: config[k] for k in source_config if k in config}
     ordered.update({k: v for k, v in config.items() if k not in ordered})
+    ordered = apply_written(ordered, taps or {})
     config_path.write_text(json.dumps(ordered, indent=2, allow_nan=False) + "\n")
     return ordered

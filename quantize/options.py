@@ -7,6 +7,7 @@ from pathlib import Path
 
 from eagle3_quant.errors import OptionsError, SchemeError
 from eagle3_quant.options import DEVICE_HELP, check_device, check_fraction, check_positive, option
+from eagle3_quant.records.serve_taps import SERVE_TAPS
 from eagle3_quant.schemes import DEFAULT_SCHEME, SERVING_CHOICES, check_engines, get_scheme, serving_engines
 
 AUTO_SCHEME = "auto"             # --scheme auto: the cheapest candidate that keeps the acceptance gate
@@ -51,8 +52,17 @@ class QuantizeOptions:
                                  "one of them cannot load, or a draft format one of them cannot serve (e.g. a "
                                  "Qwen3-class draft in SGLang), is refused before any work; with --scheme auto, "
                                  "vllm alone also tries fc in FP8 (SGLang drops fc's FP8 scale).")
+    serve_taps: str = option(
+        "trained", "Which target layers the artifact is served with. trained: the ones the draft was trained on "
+                   "(the config's convention, or measured on --calib, which holds every candidate): the ids are "
+                   "written so that vLLM (top-level eagle_aux_hidden_state_layer_ids, its count) and SGLang "
+                   "(eagle_config ids, its count) both feed them; a draft naming no ids needs --calib. as-is: the "
+                   "ids as the source wrote them.")
 
     def __post_init__(self) -> None:
+        if self.serve_taps not in SERVE_TAPS:
+            raise OptionsError(f"unknown value {self.serve_taps!r}; valid: {', '.join(SERVE_TAPS)}",
+                               field="serve_taps")
         if isinstance(self.exclude, str) or self.exclude is None:
             object.__setattr__(self, "exclude", (self.exclude,) if self.exclude else ())
         object.__setattr__(self, "exclude", tuple(self.exclude))

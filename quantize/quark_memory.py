@@ -71,14 +71,13 @@ class InMemoryResult:
 
 
 def run_in_memory(draft: DraftCheckpoint, plan: QuantPlan, calib_path: Path, out_dir: Path, device: str,
-                  verbose: bool = False, gptq: bool = False) -> InMemoryResult:
+                  verbose: bool = False, gptq: bool = False, taps: tuple[int, ...] | None = None) -> InMemoryResult:
     from eagle3_quant.quantize.quark_model import Eagle3QuarkModel
     from transformers import PretrainedConfig
 
     from eagle3_quant.runtime.loading import load_draft
 
-    calib = load_calibration(calib_path)
-    check_calibration(draft, calib)
+    calib = check_calibration(draft, load_calibration(calib_path), taps)   # the layers the artifact is served with
     # the source's dtype (Quark writes the model's unquantized tensors in it): vLLM's bf16 for bf16 sources
     runtime = load_draft(draft.path, device=device, embedding=calibration_embedding(draft, calib))
     prediction = serving_numerics(draft.config.torch_dtype).record(runtime.dtype)

@@ -198,8 +198,8 @@ class _Tally:
 
 
 @torch.no_grad()
-def measure_sensitivity(src: str | Path, calib: str | Path, options: SensitivityOptions | None = None,
-                        **overrides) -> SensitivityReport:
+def measure_sensitivity(src: str | Path, calib: str | Path, options: SensitivityOptions | None = None, *,
+                        taps: tuple[int, ...] | None = None, **overrides) -> SensitivityReport:
     """Quantize each linear group alone (and the default plan's groups together) and measure the draft.
 
     `options`: a `SensitivityOptions` (scheme, groups, max_samples, device, revision); keywords override it."""
@@ -210,8 +210,7 @@ def measure_sensitivity(src: str | Path, calib: str | Path, options: Sensitivity
     chosen = get_scheme(opts.scheme)
     groups, max_samples = opts.groups, opts.max_samples
     draft = read_draft(src, opts.revision)
-    calibration = load_calibration(calib)
-    check_calibration(draft, calibration)
+    calibration = check_calibration(draft, load_calibration(calib), taps)
     check_vocab_map(draft)
     scan_source(draft)          # NaN/Inf weights would give a table of NaN: refused as quantize refuses them
     all_groups = linear_groups(draft)

@@ -155,7 +155,7 @@ def smoothed_tensors(tensors: dict[str, torch.Tensor], prefix: str, draft, sites
 
 
 def smooth_draft(draft_ckpt: DraftCheckpoint, calib_path: str | Path, alpha: float, quantized_roles: set[str],
-                 steps: int) -> tuple[dict[str, torch.Tensor], Smoothing]:
+                 steps: int, taps: tuple[int, ...] | None = None) -> tuple[dict[str, torch.Tensor], Smoothing]:
     """(tensors of the smoothed BF16 draft, record). `quantized_roles`: the planned FP8 roles (q_a_proj, ...)."""
     from eagle3_quant.calib.format import load_calibration
     from eagle3_quant.quantize.calibration import calibration_embedding, check_calibration
@@ -163,8 +163,7 @@ def smooth_draft(draft_ckpt: DraftCheckpoint, calib_path: str | Path, alpha: flo
 
     from eagle3_quant.runtime.loading import load_draft
 
-    calib = load_calibration(Path(calib_path))
-    check_calibration(draft_ckpt, calib)
+    calib = check_calibration(draft_ckpt, load_calibration(Path(calib_path)), taps)
     draft = load_draft(draft_ckpt.path, "cpu", torch.float32, embedding=calibration_embedding(draft_ckpt, calib))
     sites = [s for s in smooth_sites(draft) if any(r.rsplit(".", 1)[-1] in quantized_roles for r in s.readers)]
     if not sites:
@@ -190,7 +189,7 @@ def smooth_draft(draft_ckpt: DraftCheckpoint, calib_path: str | Path, alpha: flo
 
 @contextmanager
 def smoothed(draft_ckpt: DraftCheckpoint, calib: str | Path, alpha: float, quantized_roles: set[str], out: Path,
-             steps: int) -> Iterator[tuple[Path, Smoothing]]:
+             steps: int, taps: tuple[int, ...] | None = None) -> Iterator[tuple[Path, Smoothing]]:
     """Write the smoothed BF16 draft into a hidden folder beside OUT; yield (folder, record); always remove it."""
     from eagle3_quant.quantize.side_files import copy_side_files
     from safetensors.torch import save_file
@@ -198,7 +197,7 @@ def smoothed(draft_ckpt: DraftCheckpoint, calib: str | Path, alpha: float, quant
     total = draft_ckpt.checkpoint.total_bytes
     check_disk(out.parent, total, f"the smoothed BF16 draft ({gb(total)} at most)")
     check_memory(BASE_BYTES + 3 * total, f"smoothing (the draft held in memory, {gb(total)})", draft_ckpt.path)
-    tensors, record = smooth_draft(draft_ckpt, calib, alpha, quantized_roles, steps)
+    tensors, record = smooth_draft(draft_ckpt, calib, alpha, quantized_roles, steps, taps)
     with scratch_for(out, "smooth") as folder:
         save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
         del tensors

@@ -53,7 +53,9 @@ def quantized_tiny(tmp_path_factory) -> Callable[..., tuple[Path, Path]]:
             src = write_synthetic_draft(root / "src", "tiny", fmt, shards=shards)
             # SGLang 0.5.23 serves only the SpecForge format of these (engines/draft_support.py)
             engine = "both" if fmt is DraftFormat.SPECFORGE else "vllm"
-            quantize_draft(src, root / "out", device="cpu", engine=engine)
+            # an original EAGLE config names no aux layer ids: published on the engines' defaults only when asked
+            taps = "as-is" if fmt is DraftFormat.EAGLE else "trained"
+            quantize_draft(src, root / "out", device="cpu", engine=engine, serve_taps=taps)
             cache[key] = (src, root / "out")
         return cache[key]
 

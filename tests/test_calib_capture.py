@@ -32,21 +32,32 @@ def layer_inputs(model, ids: torch.Tensor, layers: tuple[int, ...]) -> dict[int,
 
 def test_stored_states_are_the_inputs_of_the_tapped_layers(tiny_target, tiny_draft, chat_jsonl, target_model,
                                                             tmp_path):
+    """One pass stores the union of the candidates: vLLM's reading of the nested ids (hidden_states[0, 1, 2]) and
+    the trained layers SGLang feeds ([1, 2, 3]); each candidate's states are rebuilt from it."""
     result = calibrate_target(tiny_target, tiny_draft, chat_jsonl, tmp_path / "cal", engine="sglang", **SMALL)
-    assert result.taps == TAPS and result.tap_convention == "output" and result.tap_note is None
+    union = (0, 1, 2, 3)
+    assert result.taps == union and result.tap_convention == "output" and result.tap_note is None
     assert result.samples == 5 and result.captured_samples == 5 and result.resumed_samples == 0
     calib = load_calibration(tmp_path / "cal")
-    assert calib.info.aux_layer_ids == TAPS and calib.info.target_hidden_size == TARGET.hidden
+    assert calib.info.aux_layer_ids == union and calib.info.target_hidden_size == TARGET.hidden
+    assert {c["name"]: c["indices"] for c in calib.info.extra["tap_candidates"]} == {
+        "trained=sglang": [1, 2, 3], "vllm": [0, 1, 2]}        # vLLM's model runner V2: defaults [2, 2, 1], refused
+    assert calib.info.extra["target_layers"] == TARGET.layers
     assert calib.info.dtype == "float32" and result.tokens == calib.num_tokens > 0
-    for sample in calib.samples():
+    views = {taps: list(calib.select(taps).samples()) for taps in (TAPS, tuple(DRAFT_IDS))}
+    for i, sample in enumerate(calib.samples()):
         t = sample.input_ids.shape[0]
         assert 4 <= t <= 48 and sample.generated_from is None
-        assert sample.aux_hidden_states.shape == (t, 3 * TARGET.hidden)
+        assert sample.aux_hidden_states.shape == (t, 4 * TARGET.hidden)
         assert sample.target_next_ids.shape == (t,) and sample.target_next_ids.dtype == torch.int64
-        expected = layer_inputs(target_model, sample.input_ids, TAPS)
-        for j, k in enumerate(TAPS):
+        expected = layer_inputs(target_model, sample.input_ids, union)
+        for j, k in enumerate(union):
             chunk = sample.aux_hidden_states[:, j * TARGET.hidden:(j + 1) * TARGET.hidden]
             torch.testing.assert_close(chunk, expected[k], rtol=0, atol=1e-6)
+        for taps, view in views.items():
+            assert view[i].aux_hidden_states.shape == (t, 3 * TARGET.hidden)
+            torch.testing.assert_close(view[i].aux_hidden_states, torch.cat([expected[k] for k in taps], -1),
+                                       rtol=0, atol=1e-6)
         assert torch.equal(sample.target_next_ids, expected["next"])
     assert result.tokens_per_second > 0 and result.bytes == sum(
         (tmp_path / "cal" / s["file"]).stat().st_size for s in calib.shards)
@@ -116,14 +127,14 @@ def test_taps_past_the_last_layer_are_refused(tiny_target, chat_jsonl, tmp_path)
 def test_default_engine_vllm_reads_nested_ids_as_layer_inputs(tiny_target, tiny_draft, chat_jsonl, target_model,
                                                               tmp_path):
     result = calibrate_target(tiny_target, tiny_draft, chat_jsonl, tmp_path / "cal", **{**SMALL, "num_samples": 2})
-    assert result.taps == tuple(DRAFT_IDS)                      # vLLM 0.33: nested id L = hidden_states[L]
+    assert result.taps == (0, 1, 2, 3)                          # both candidates, whatever the engine
     extra = result.info.extra
     assert extra["engine"] == "vllm" and extra["engine_aux_layer_ids"] == DRAFT_IDS
     assert extra["training_aux_layer_ids"] == list(TAPS) and extra["taps_override"] is False
     assert extra["training_convention"] == "output" and extra["tap_convention"] == "input"
-    assert result.tap_note == ("vllm feeds this draft hidden_states[0, 1, 2], but its config says it was trained on "
-                               "hidden_states[1, 2, 3]: acceptance under vllm may be lower than trained")
-    sample = next(load_calibration(result.path).samples())
+    assert result.tap_note.startswith("vllm feeds this draft hidden_states[0, 1, 2] as its config stands, but the "
+                                      "config says it was trained on hidden_states[1, 2, 3]: `validate` measures")
+    sample = next(load_calibration(result.path).select(tuple(DRAFT_IDS)).samples())
     expected = layer_inputs(target_model, sample.input_ids, tuple(DRAFT_IDS))
     torch.testing.assert_close(sample.aux_hidden_states, torch.cat([expected[k] for k in DRAFT_IDS], -1),
                                rtol=0, atol=1e-6)

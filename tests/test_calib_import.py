@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,20 @@ def captured(tiny_target, tiny_draft, chat_jsonl, tmp_path_factory) -> Path:
     return out
 
 
+@pytest.fixture(scope="module")
+def trained_only(captured, tmp_path_factory) -> Path:
+    """The captured set narrowed to the trained taps hidden_states[1, 2, 3] (what a set captured before the
+    candidates were stored together holds)."""
+    calib = load_calibration(captured).select((1, 2, 3))
+    extra = {k: v for k, v in calib.info.extra.items() if k != "tap_candidates"}
+    out = tmp_path_factory.mktemp("trained-only") / "cal"
+    writer = CalibrationWriter(out, replace(calib.info, extra=extra))
+    for sample in calib.samples():
+        writer.add(sample)
+    writer.close()
+    return out
+
+
 def write_specforge_dump(folder: Path, model, prompts: list[torch.Tensor], pad: int = 3) -> Path:
     """What SpecForge's prepare_hidden_states.py writes: torch.save'd dicts, batch dim 1, right-padded ids."""
     for idx, ids in zip(SPECFORGE_INDICES, prompts, strict=True):
@@ -44,7 +59,7 @@ def write_specforge_dump(folder: Path, model, prompts: list[torch.Tensor], pad: 
 
 
 def test_specforge_dump_converts_to_the_same_set(captured, tiny_target, tiny_draft, target_model, tmp_path):
-    reference = list(load_calibration(captured).samples())
+    reference = list(load_calibration(captured).select((1, 2, 3)).samples())
     dump = write_specforge_dump(tmp_path / "sf", target_model, [s.input_ids for s in reference])
     result = import_calibration(dump, tiny_draft, tmp_path / "out", target=tiny_target)
     assert result.samples == 4 and result.taps == (1, 2, 3) and result.info.extra["format"] == "specforge-offline"
@@ -78,10 +93,10 @@ def test_calibration_format_dump_is_checked_and_copied(captured, tiny_draft, tmp
         assert torch.equal(a.aux_hidden_states, b.aux_hidden_states) and torch.equal(a.input_ids, b.input_ids)
 
 
-def test_dump_for_other_taps_is_refused(captured, tmp_path):
+def test_dump_for_other_taps_is_refused(trained_only, tmp_path):
     other = write_synthetic_draft(tmp_path / "d", DRAFT, DraftFormat.SPECULATORS, aux_layer_ids=[0, 1, 2])
     with pytest.raises(TargetMismatchError, match=r"holds hidden_states\[1, 2, 3\].*reads hidden_states\[0, 1, 2\]"):
-        import_calibration(captured, other, tmp_path / "out", engine="vllm")
+        import_calibration(trained_only, other, tmp_path / "out", engine="vllm")
 
 
 def test_engine_dump_with_a_bad_sample_names_it(tiny_draft, tmp_path):
@@ -107,9 +122,17 @@ def test_cli_from_dump(captured, tiny_target, tiny_draft, tmp_path, capsys):
     assert code.value.code == 2 and "neither a calibration set" in err and err.count("\n") == 1
 
 
-def test_dump_records_its_engine_and_another_engine_is_refused(captured, tiny_draft, tmp_path):
-    result = import_calibration(captured, tiny_draft, tmp_path / "out")        # the dump records engine sglang
+def test_dump_records_its_engine_and_another_engine_is_refused(trained_only, tiny_draft, tmp_path):
+    result = import_calibration(trained_only, tiny_draft, tmp_path / "out")    # the dump records engine sglang
     assert result.taps == (1, 2, 3) and result.info.extra["engine"] == "sglang" and result.tap_note is None
+    assert [c["indices"] for c in result.info.extra["tap_candidates"]] == [[1, 2, 3]]   # the one it holds
     with pytest.raises(TargetMismatchError, match=r"holds hidden_states\[1, 2, 3\], the draft reads "
-                                                  r"hidden_states\[0, 1, 2\].*as vllm reads it"):
-        import_calibration(captured, tiny_draft, tmp_path / "o2", engine="vllm")
+                                                  r"hidden_states\[0, 1, 2\].*as vLLM, model runner V1 reads it"):
+        import_calibration(trained_only, tiny_draft, tmp_path / "o2", engine="vllm")
+
+
+def test_a_set_of_every_candidate_imports_for_either_engine(captured, tiny_draft, tmp_path):
+    result = import_calibration(captured, tiny_draft, tmp_path / "out", engine="vllm")
+    assert result.taps == (0, 1, 2, 3) and result.info.extra["engine"] == "vllm"
+    assert {c["name"]: c["indices"] for c in result.info.extra["tap_candidates"]} == {
+        "trained=sglang": [1, 2, 3], "vllm": [0, 1, 2]}

@@ -113,9 +113,10 @@ def test_cli_calibrate_and_errors(tiny_target, tiny_draft, chat_jsonl, tmp_path,
     captured = capsys.readouterr()
     out, err = " ".join(captured.out.split()), " ".join(captured.err.split())
     assert code.value.code == 0
-    assert "wrote" in out and "3 samples" in out and "taps hidden_states[0, 1, 2]" in out   # vLLM's, by default
-    assert "note: vllm feeds this draft hidden_states[0, 1, 2], but its config says it was trained on " \
-           "hidden_states[1, 2, 3]" in out
+    assert "wrote" in out and "3 samples" in out and "taps hidden_states[0, 1, 2, 3]" in out   # both candidates
+    assert "note: vllm feeds this draft hidden_states[0, 1, 2] as its config stands, but the config says it was " \
+           "trained on hidden_states[1, 2, 3]" in out
+    assert "candidate vllm: hidden_states[0, 1, 2]" in err and "capturing hidden_states[0, 1, 2, 3] in one pass" in err
     assert err.index("on disk") < err.index("capture")           # the size estimate came before the progress bar
     assert load_calibration(tmp_path / "cal").num_samples == 3
     with pytest.raises(SystemExit) as code:

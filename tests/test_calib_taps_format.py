@@ -5,11 +5,11 @@ import json
 import pytest
 import torch
 from eagle3_quant.calib.format import CalibrationInfo, CalibrationSample, CalibrationWriter, load_calibration
-from eagle3_quant.calib.taps import TapConvention, resolve_taps
 
 from eagle3_quant.errors import DraftFormatError
 from eagle3_quant.reading.draft import read_draft
 from eagle3_quant.reading.formats import DraftFormat
+from eagle3_quant.reading.taps import TapConvention, resolve_taps
 
 LAYERS = 8   # the "tiny" synthetic draft's target
 

@@ -15,6 +15,7 @@ from eagle3_quant.engines.environment import find_engine_python
 from eagle3_quant.errors import PipelineSpecError
 from eagle3_quant.pipeline import run_pipeline
 from eagle3_quant.pipeline_spec import load_pipeline
+from eagle3_quant.records.manifest import Manifest
 
 PIPELINES = sorted((Path(__file__).resolve().parents[1] / "pipelines").glob("*.yaml"))
 SEED = {"kimi-k2.5-eagle3-fp8": ("lightseekorg/kimi-k2.5-eagle3", "moonshotai/Kimi-K2.5"),
@@ -80,9 +81,10 @@ def test_from_dump_needs_the_target_and_satisfies_calibrated_options(tmp_path):
 @pytest.mark.slow
 def test_pipeline_imports_a_vllm_dump_and_validates_with_it(tmp_path):
     """The tiny real pair: a vLLM dump of the target's greedy continuations (include_output_tokens: the prompt and
-    the generated tokens but the last) is imported by the pipeline, and validate measures acceptance on it."""
+    the generated tokens but the last) at every candidate's layers is imported by the pipeline, quantize serves the
+    trained layers (measured on it), and validate measures acceptance on it."""
     import torch
-    from eagle3_quant.calib.engine_taps import engine_taps
+    from eagle3_quant.calib.engine_taps import capture_taps
     from safetensors.torch import load_file
     from tiny_pair_fixtures import PAIR, TinyPair
 
@@ -90,7 +92,7 @@ def test_pipeline_imports_a_vllm_dump_and_validates_with_it(tmp_path):
 
     target = TinyPair(PAIR / "target", PAIR / "draft", None, None, None).load_target()
     layers = len(target.model.layers)
-    taps = engine_taps(read_draft(PAIR / "draft").config, layers, "vllm").indices
+    taps = capture_taps(read_draft(PAIR / "draft").config, layers, "vllm").indices     # [0, 1, 2, 3]
     prompts = load_file(PAIR / "heldout_prompts.safetensors")["prompts"].long()[:6, :24]
     with torch.no_grad():
         full = target.generate(prompts, attention_mask=torch.ones_like(prompts), max_new_tokens=24, do_sample=False,
@@ -111,6 +113,9 @@ def test_pipeline_imports_a_vllm_dump_and_validates_with_it(tmp_path):
 
     report = read_validation(first.spec.out)
     assert report.passed and report.metrics["acceptance_ratio"] > 0.9     # measured on the imported set
+    served = Manifest.read(first.spec.out).serve_taps
+    assert served.served == [1, 2, 3] and {m.name for m in served.measured} == {"trained=sglang", "vllm"}
+    assert {m.name for m in report.taps_measured} == {"trained=vllm=vllm_v2=sglang", "source:vllm"}   # the artifact's
     engine_missing = _engine_missing()
     if engine_missing:
         assert status["bench"].status == "skipped" and status["bench"].detail.startswith("no engine: ")

@@ -12,12 +12,12 @@ from eagle3_quant.calib.api import calibrate_target
 from eagle3_quant.calib.engine_taps import engine_taps, served_taps
 from eagle3_quant.calib.format import CalibrationInfo, CalibrationSample, CalibrationWriter, load_calibration
 from eagle3_quant.calib.importer import import_calibration
-from eagle3_quant.calib.taps import resolve_taps
 from test_calib_engine_dump import SGLANG_IDS, engine_states, write_dump
 
 from eagle3_quant.errors import DraftFormatError, TargetMismatchError
 from eagle3_quant.reading.draft import read_draft
 from eagle3_quant.reading.formats import DraftFormat
+from eagle3_quant.reading.taps import resolve_taps
 from fixtures.synthetic import write_synthetic_draft
 
 UNORDERED = [2, 0, 1]      # SpecForge ids (outputs of layers 2, 0, 1) = hidden_states 3, 1, 2 under SGLang
@@ -72,12 +72,16 @@ def test_capture_stores_the_states_in_ascending_layer_order(tiny_target, unorder
                                                             tmp_path):
     result = calibrate_target(tiny_target, unordered_draft, chat_jsonl, tmp_path / "cal", engine="sglang",
                               num_samples=2, seq_len=32, min_tokens=4)
-    assert result.taps == ASCENDING and result.info.aux_layer_ids == ASCENDING
+    union = (0, 1, 2, 3)          # vLLM's reading hidden_states[0, 1, 2] and the trained (SGLang's) [1, 2, 3]
+    assert result.taps == union and result.info.aux_layer_ids == union
     assert result.tap_note is None and len(result.tap_notes) == 1 and "[2, 0, 1]" in result.tap_notes[0]
-    for sample in load_calibration(tmp_path / "cal").samples():
+    calib = load_calibration(tmp_path / "cal")
+    for sample, view in zip(calib.samples(), calib.select(ASCENDING).samples(), strict=True):
         with torch.no_grad():
             states = target_model(input_ids=sample.input_ids[None], output_hidden_states=True).hidden_states
-        for chunk, k in zip(chunks(sample.aux_hidden_states), ASCENDING, strict=True):
+        for chunk, k in zip(chunks(sample.aux_hidden_states), union, strict=True):
+            torch.testing.assert_close(chunk, states[k][0], rtol=0, atol=1e-6)
+        for chunk, k in zip(chunks(view.aux_hidden_states), ASCENDING, strict=True):
             torch.testing.assert_close(chunk, states[k][0], rtol=0, atol=1e-6)
 
 

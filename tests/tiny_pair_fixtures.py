@@ -53,6 +53,23 @@ def tiny_pair(tmp_path_factory) -> TinyPair:
 
 
 @pytest.fixture(scope="session")
+def union_calib(tiny_pair, tmp_path_factory) -> Path:
+    """The calibration set `calibrate` stores for the tiny pair: the same prompts as `tiny_pair.calib`, every
+    candidate's layers in one pass (vLLM's reading of the nested ids, hidden_states[0, 1, 2], and the trained
+    [1, 2, 3]: their union [0, 1, 2, 3]) and what `calibrate` records about them."""
+    from eagle3_quant.calib.engine_taps import capture_taps
+
+    from eagle3_quant.reading.draft import read_draft
+
+    capture = fixture_module("tiny_capture")
+    plan = capture_taps(read_draft(tiny_pair.draft).config, 4, "vllm")
+    samples = capture.greedy_samples(tiny_pair.load_target(), tiny_pair.prompts[:CALIB_PROMPTS], NEW_TOKENS,
+                                     taps=plan.indices)
+    return capture.write_calibration(samples, tmp_path_factory.mktemp("union") / "calib", str(tiny_pair.target),
+                                     plan.indices, plan.record.extra())
+
+
+@pytest.fixture(scope="session")
 def holdout_calib(tiny_pair, tmp_path_factory) -> Path:
     """A second calibration set, of the other 128 held-out prompts: what `--gptq` (or any data-driven choice)
     learns from, so that `tiny_pair.calib` judges it on prompts it never saw."""

@@ -17,14 +17,14 @@ VARIANTS = {
     "static": (DraftFormat.SPECFORGE, {"scheme": "fp8", "calib": True}, {}),
     "speculators": (DraftFormat.SPECULATORS, {}, {}),
     "speculators-nbr": (DraftFormat.SPECULATORS, {}, {"norm_before_residual": True}),
-    "eagle-fp16": (DraftFormat.EAGLE, {}, {}),
+    "eagle-fp16": (DraftFormat.EAGLE, {"serve_taps": "as-is"}, {}),       # no ids: the engines' defaults, said so
     "quantize-fc": (DraftFormat.SPECFORGE, {"quantize_fc": True}, {}),
     "exclude-qkv": (DraftFormat.SPECFORGE, {"exclude": ["qkv_proj"]}, {}),
     "exclude-mlp": (DraftFormat.SPECFORGE, {"exclude": ["mlp"]}, {}),
     "exclude-down": (DraftFormat.SPECFORGE, {"exclude": ["down_proj"]}, {}),
     "exclude-o": (DraftFormat.SPECULATORS, {"exclude": ["o_proj"]}, {}),
     "exclude-attention": (DraftFormat.SPECULATORS, {"exclude": ["attention"]}, {}),
-    "exclude-gate-up": (DraftFormat.EAGLE, {"exclude": ["gate_up_proj"]}, {}),
+    "exclude-gate-up": (DraftFormat.EAGLE, {"exclude": ["gate_up_proj"], "serve_taps": "as-is"}, {}),
 }
 
 

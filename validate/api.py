@@ -6,9 +6,7 @@ import dataclasses
 import math
 from pathlib import Path
 
-from eagle3_quant.calib.engine_taps import accepted_calibration_taps, served_taps, stale_order
 from eagle3_quant.calib.format import CalibrationSet, load_calibration
-from eagle3_quant.calib.taps import resolve_taps
 from eagle3_quant.validate.gate_choice import artifact_scheme
 from eagle3_quant.validate.kernel_check import kernel_checks, run_kernel_check
 from eagle3_quant.validate.options import ValidateOptions
@@ -16,6 +14,7 @@ from eagle3_quant.validate.report import REPORT_NAME, Check, Gates, ValidationRe
 from eagle3_quant.validate.sglang_load import CHECK as SGLANG_CHECK
 from eagle3_quant.validate.sglang_load import sglang_load_check
 from eagle3_quant.validate.structure import Fp8Artifact, read_artifact, read_reference, structure_checks
+from eagle3_quant.validate.taps_report import candidate_rows, depth, served_view, taps_metrics
 from eagle3_quant.validate.vllm_load import CHECK_NAME as VLLM_CHECK
 from eagle3_quant.validate.vllm_load import VllmLoadOptions, check_vllm_load
 
@@ -35,16 +34,6 @@ def _check_calibration(calib: CalibrationSet, art: Fp8Artifact) -> None:
     if calib.info.target_hidden_size != cfg.target_hidden_size:
         raise DraftFormatError(f"calibration states have target hidden {calib.info.target_hidden_size}, the draft "
                                f"expects {cfg.target_hidden_size}", path=calib.path, field="target_hidden_size")
-    if cfg.aux_layer_ids is None:
-        return                        # the default taps depend on the target's depth: nothing to compare
-    accepted = accepted_calibration_taps(cfg, calib.info.extra)
-    if accepted and tuple(calib.info.aux_layer_ids) not in accepted:
-        taps = resolve_taps(cfg, None)
-        served = " or ".join(f"hidden_states{list(a)}" for a in sorted(accepted))
-        stale = next(filter(None, (stale_order(calib.info.aux_layer_ids, a) for a in accepted)), None)
-        raise DraftFormatError(f"calibration holds hidden_states {list(calib.info.aux_layer_ids)}, the draft reads "
-                               f"{served} (ids {list(taps.ids)} from {taps.origin})",
-                               path=calib.path, field="aux_layer_ids", hint=stale)
 
 
 def _target_source(calib: CalibrationSet, target: str | Path | None, missing: str, where: str) -> str | Path:
@@ -78,11 +67,14 @@ def _shared_lm_head(art: Fp8Artifact, calib: CalibrationSet, target: str | Path 
 
 def _fidelity(art: Fp8Artifact, reference: DraftCheckpoint | None, calib: CalibrationSet | None,
               target: str | Path | None, gates: Gates, k: int, device: str | None,
-              max_samples: int | None) -> tuple[list[Check], dict]:
+              max_samples: int | None, view: CalibrationSet | None = None,
+              layers: int | None = None) -> tuple[list[Check], dict, list[dict]]:
+    """The gates on `view` (the layers vLLM feeds the artifact), and the acceptance under every candidate `calib`
+    holds."""
     if reference is None or calib is None:
         missing = " and ".join(x for x, v in (("a reference draft (--reference)", reference),
                                                ("calibration data (--calib)", calib)) if v is None)
-        return [skipped(name, f"needs {missing}") for name in FIDELITY_CHECKS], {}
+        return [skipped(name, f"needs {missing}") for name in FIDELITY_CHECKS], {}, []
     import torch
     from eagle3_quant.validate.fidelity import calibration_fidelity
 
@@ -98,10 +90,12 @@ def _fidelity(art: Fp8Artifact, reference: DraftCheckpoint | None, calib: Calibr
     try:
         fp8_draft = load_draft(art.path, device, numerics.dtype, embedding=embedding, lm_head=lm_head)
     except Eagle3QuantError as exc:
-        return [failed(name, f"the FP8 draft does not load: {exc}") for name in FIDELITY_CHECKS], {}
-    result = calibration_fidelity(fp8_draft, bf16_draft, calib, k, max_samples)
+        return [failed(name, f"the FP8 draft does not load: {exc}") for name in FIDELITY_CHECKS], {}, []
+    result = calibration_fidelity(fp8_draft, bf16_draft, view, k, max_samples)
     metrics = {**result.metrics(), "compute_dtype": numerics.dtype_name, "prediction": numerics.record(),
-               "device": device}
+               "device": device, "aux_layer_ids": list(view.info.aux_layer_ids)}
+    rows = candidate_rows(art.config, calib, layers, fp8_draft, bf16_draft, k, max_samples, view.info.aux_layer_ids,
+                          (result.reference, result.candidate))
     checks = [gate("top1_agreement", result.top1_agreement, gates.min_top1_agreement,
                    f"step-0 top-1 agreement with the BF16 draft over {result.positions} positions")]
     if result.ratio is None:
@@ -112,7 +106,7 @@ def _fidelity(art: Fp8Artifact, reference: DraftCheckpoint | None, calib: Calibr
                 f"{result.reference.acceptance_length:.3f} at k={k} over {result.reference.drafts} chains "
                 f"(95% CI {result.ratio.low:.4f}..{result.ratio.high:.4f}); ratio")
         checks.append(gate("acceptance_ratio", result.ratio.ratio, gates.min_acceptance_ratio, what))
-    return checks, metrics
+    return checks, metrics, rows
 
 
 def _sqnr(art: Fp8Artifact, reference: DraftCheckpoint | None, gates: Gates) -> tuple[Check, list[dict]]:
@@ -134,12 +128,15 @@ def _sqnr(art: Fp8Artifact, reference: DraftCheckpoint | None, gates: Gates) -> 
                 f"lowest weight SQNR in dB ({worst['module']})"), layers
 
 
-def _vllm_load(out: Path, calib: CalibrationSet | None, unreadable: bool, enabled: bool) -> Check:
+def _vllm_load(out: Path, view: CalibrationSet | None, unreadable: bool, enabled: bool,
+               layers: int | None = None) -> Check:
     if not enabled:
         return skipped(VLLM_CHECK, "vLLM check turned off (--no-vllm)")
     if unreadable:
         return skipped(VLLM_CHECK, "the FP8 weights or scales are malformed (fp8_weights)")
-    return check_vllm_load(out, VllmLoadOptions(calib=calib.path if calib is not None else None))
+    return check_vllm_load(out, VllmLoadOptions(calib=view.path if view is not None else None,
+                                                taps=view.info.aux_layer_ids if view is not None else None,
+                                                num_target_layers=layers))
 
 
 def validate_draft(out: str | Path, options: ValidateOptions | None = None, **overrides) -> ValidationReport:
@@ -165,17 +162,21 @@ def validate_draft(out: str | Path, options: ValidateOptions | None = None, **ov
     validated_files = artifact_digests(out)
     ref = read_reference(reference, out)
     cal = load_calibration(calib) if calib is not None else None
-    if cal is not None:
+    depth_known = depth(cal, target)
+    view = None
+    if cal is not None:          # a set of another draft, or without the layers vLLM feeds it, before any work
         _check_calibration(cal, art)
+        view = served_view(cal, art.config, depth_known)
 
     checks = structure_checks(art, ref)
     sqnr_check, layers = _sqnr(art, ref, gates)
     checks.append(sqnr_check)
-    fidelity_checks, metrics = _fidelity(art, ref, cal, target, gates, k, device, max_samples)
+    fidelity_checks, metrics, taps_rows = _fidelity(art, ref, cal, target, gates, k, device, max_samples, view,
+                                                    depth_known)
     checks += fidelity_checks
     if layers:
         metrics["min_weight_sqnr_db"] = sqnr_check.data["value"]
-    metrics["taps"] = served_taps(art.config)
+    metrics["taps"] = taps_metrics(art.config, depth_known, taps_rows)
     unreadable = any(c.name == "fp8_weights" and c.status == "failed" for c in checks)
     if kernel and not unreadable:
         kernel_result = run_kernel_check(out, device)
@@ -185,8 +186,9 @@ def validate_draft(out: str | Path, options: ValidateOptions | None = None, **ov
             "kernel check turned off (--no-kernel)"
         kernel_result = {"status": "skipped", "reason": reason}
         checks.append(skipped("kernel_path", reason))
-    checks.append(_vllm_load(out, cal, unreadable, vllm))
-    checks.append(sglang_load_check(out) if sglang else skipped(SGLANG_CHECK, "turned off (--no-sglang)"))
+    checks.append(_vllm_load(out, view, unreadable, vllm, depth_known))
+    checks.append(sglang_load_check(out, num_target_layers=depth_known) if sglang
+                  else skipped(SGLANG_CHECK, "turned off (--no-sglang)"))
     calibration = None if cal is None else {"path": public_name(cal.path.resolve()), "samples": cal.num_samples,
                                             "tokens": cal.num_tokens, "target": public_name(cal.info.target)}
     result = ValidationReport(out, ref.path if ref is not None else None, calibration, gates, tuple(checks),

@@ -1,12 +1,14 @@
 """Child process of the `sglang_load` check: SGLang's own code builds and loads the draft; JSON comes back.
 
 ``python -m eagle3_quant.validate.sglang_child REQUEST.json RESULT.json`` (the protocol of
-``eagle3_quant/engines/runner.py``; REQUEST: ``{"artifact": PATH}`` or ``{"probe": true}``). Path (SGLang 0.5.23):
+``eagle3_quant/engines/runner.py``; REQUEST: ``{"artifact": PATH, "num_target_layers": N|null}`` or
+``{"probe": true}``). Path (SGLang 0.5.23):
 ``ServerArgs`` + a world-size-1 gloo group -> ``ModelConfig(ARTIFACT, is_draft_model=True)`` ->
 ``_get_quantization_config`` (its ``QuarkConfig``) -> ``_initialize_model`` (``LlamaForCausalLMEagle3``) ->
 ``DefaultModelLoader.load_weights_only`` (the model's ``load_weights``) -> the parameters are compared with the
 checkpoint -> ``postprocess_weights`` (``process_weights_after_loading``) -> each quantized linear's forward ->
-the runtime draft's logits with SGLang's linears in place (`sglang_forward.py`).
+the runtime draft's logits with SGLang's linears in place (`sglang_forward.py`); and the target layers SGLang's
+own code feeds the draft (`sglang_taps.py`).
 Only the CPU patches of `sglang_patches.py` stand in for GPU code.
 """
 
@@ -28,7 +30,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _runtime(artifact: str) -> None:
+def _runtime(artifact: str):
     from sglang.srt.distributed.parallel_state import init_distributed_environment, initialize_model_parallel
     from sglang.srt.runtime_context import derive_spawn_ranks, get_context, get_parallel
     from sglang.srt.server_args import ServerArgs
@@ -42,6 +44,7 @@ def _runtime(artifact: str) -> None:
     ranks = derive_spawn_ranks(world_rank=0, tp_size=1, ep_join_rank_offset=0, attn_cp_size=1, attn_tp_size=1,
                                moe_dp_size=1, moe_ep_size=1)
     get_parallel().override_permanently(**ranks, attn_tp_rank=0, attn_dp_rank=0)
+    return args
 
 
 def _record_runtime_names(quant_config) -> dict[int, str]:
@@ -57,13 +60,18 @@ def _record_runtime_names(quant_config) -> dict[int, str]:
     return names
 
 
-def load(artifact: str) -> dict:
+def load(artifact: str, num_layers: int | None = None) -> dict:
     import torch
+    from eagle3_quant.validate.sglang_taps import fed_layers
+    from eagle3_quant.validate.structure import read_artifact
     from sglang.srt.configs.load_config import LoadConfig
     from sglang.srt.configs.model_config import ModelConfig
     from sglang.srt.model_loader import loader
 
-    _runtime(artifact)
+    args = _runtime(artifact)
+    fed = fed_layers(artifact, args, num_layers)
+    config = read_artifact(Path(artifact)).config
+    fed["states_read"] = config.num_aux - (1 if config.aux_includes_final_layer else 0)
     model_config = ModelConfig(artifact, trust_remote_code=False, is_draft_model=True, dtype="auto",
                                speculative_algorithm="EAGLE3")
     load_config = LoadConfig()
@@ -85,7 +93,7 @@ def load(artifact: str) -> dict:
     return {"architecture": type(model).__name__, "dtype": str(model_config.dtype).removeprefix("torch."),
             "quant_config": type(quant_config).__name__ if quant_config is not None else None,
             "layers": decisions, "parameters": parameters, "linears": linears,
-            "forward": forward}
+            "forward": forward, "fed_layers": fed}
 
 
 def main(argv: list[str]) -> int:
@@ -104,7 +112,7 @@ def main(argv: list[str]) -> int:
         import sglang.srt.model_loader.loader  # noqa: F401
         import sglang.srt.models.llama_eagle3  # noqa: F401
     else:
-        result.update(load(artifact))
+        result.update(load(artifact, request.get("num_target_layers")))
     result["seconds"] = round(time.perf_counter() - started, 2)
     # internal child -> parent file, never published: a NaN is a finding to carry back
     Path(result_path).write_text(json.dumps(result, indent=1, allow_nan=True) + "\n")

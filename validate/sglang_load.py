@@ -81,16 +81,41 @@ def _child_env() -> dict:
 
 
 def run_sglang(args: list[str], timeout: float = TIMEOUT_S) -> dict:
-    """Run the child on one artifact folder (`args` = [ARTIFACT]) or ``["--probe"]``; its JSON, or {"error": one
-    line}."""
+    """Run the child on one artifact folder (`args` = [ARTIFACT] or [ARTIFACT, TARGET_LAYERS]) or ``["--probe"]``;
+    its JSON, or {"error": one line}."""
     command = ChildCommand(sys.executable, CHILD, name="SGLang's loader", env=_child_env())
-    request = {"probe": True} if args == ["--probe"] else {"artifact": args[0]}
+    request = {"probe": True} if args == ["--probe"] else \
+        {"artifact": args[0], "num_target_layers": int(args[1]) if len(args) > 1 else None}
     run = run_child(command, request, timeout_s=timeout)
     return run.result if run.ok else {"error": run.error}
 
 
-def problems(result: dict) -> list[str]:
+def fed_problems(result: dict, artifact: Path | None) -> list[str]:
+    """SGLang feeds other layers than the manifest says the artifact is served with, or fewer than its fc reads."""
+    from eagle3_quant.validate.vllm_load import served_layers
+
+    fed = result.get("fed_layers") or {}
+    if fed.get("layers") is None:
+        return []
+    found, intended = [], served_layers(artifact) if artifact is not None else None
+    if fed.get("states_read") and len(fed["layers"]) < fed["states_read"]:
+        found.append(f"SGLang feeds {len(fed['layers'])} states, hidden_states{fed['layers']} ({fed['source']}), "
+                     f"the draft's fc reads {fed['states_read']}")
+    if intended is not None and fed["layers"] != intended:
+        found.append(f"SGLang feeds hidden_states{fed['layers']} ({fed['source']}), the manifest says "
+                     f"hidden_states{intended}")
+    return found
+
+
+def fed_text(fed: dict | None) -> str:
+    if not fed or fed.get("layers") is None:
+        return ""
+    return f"; target layers SGLang feeds it: hidden_states{fed['layers']} ({fed['source']})"
+
+
+def problems(result: dict, artifact: Path | None = None) -> list[str]:
     found = [f"{row['runtime_name']}: {row['problem']}" for row in result["layers"] if row["problem"]]
+    found += fed_problems(result, artifact)
     found += result["parameters"]["problems"]
     for row in result["linears"]:
         if row.get("problem"):
@@ -119,17 +144,20 @@ def _summary(result: dict) -> dict:
             "from_target": result["parameters"]["from_target"],
             "linears_run": len(result["linears"]), "max_linear_rel_diff": worst,
             "forward": {k: v for k, v in (result.get("forward") or {}).items() if k != "sglang_linears"},
-            "mx_kernel": MX_KERNEL if any("MXFP4" in row["method"] for row in result["layers"]) else None}
+            "mx_kernel": MX_KERNEL if any("MXFP4" in row["method"] for row in result["layers"]) else None,
+            "fed_layers": result.get("fed_layers")}
 
 
-def sglang_load_check(artifact: str | Path, timeout: float = TIMEOUT_S) -> Check:
+def sglang_load_check(artifact: str | Path, timeout: float = TIMEOUT_S, num_target_layers: int | None = None) -> Check:
+    """`num_target_layers`: the target's depth, for the layers SGLang's defaults name (a draft without ids)."""
     reason = unsupported_format(Path(artifact)) or sglang_missing()
     if reason:
         return skipped(CHECK, reason)
-    result = run_sglang([str(Path(artifact).resolve())], timeout)
+    layers = [str(num_target_layers)] if num_target_layers else []
+    result = run_sglang([str(Path(artifact).resolve()), *layers], timeout)
     if "error" in result:
         return failed(CHECK, f"SGLang's own loader fails on it: {result['error']}")
-    found, data = problems(result), _summary(result)
+    found, data = problems(result, Path(artifact)), _summary(result)
     if found:
         return failed(CHECK, f"SGLang {result['sglang']}'s own loader: " + "; ".join(found), **data)
     built = ", ".join(f"{row['runtime_name']} {'MXFP4' if 'MXFP4' in row['method'] else 'FP8'}"
@@ -142,7 +170,7 @@ def sglang_load_check(artifact: str | Path, timeout: float = TIMEOUT_S) -> Check
                          f"linears match the runtime, and the draft with SGLang's linears gives the runtime's logits "
                          f"(top-1 {forward['top1_agreement']:.3f}, max |dlogit| "
                          f"{100 * forward['relative_dlogit']:.2f}% of max |logit|; CPU patches, linears run in the "
-                         f"runtime's forward)", **data)
+                         f"runtime's forward){fed_text(data['fed_layers'])}", **data)
 
 
 def main(argv: list[str]) -> int:

@@ -15,6 +15,7 @@ from eagle3_quant.validate.mx_structure import check_mx_weights
 from eagle3_quant.validate.report import Check, failed, passed, skipped
 from safetensors import safe_open
 
+from eagle3_quant.engines.aux_taps import apply_written
 from eagle3_quant.engines.loader_compat import check_loader_compat, loader_family
 from eagle3_quant.errors import DraftFormatError, ManifestError
 from eagle3_quant.reading.checkpoint import Checkpoint, read_checkpoint
@@ -169,6 +170,15 @@ def pruned_vocab(out: Path) -> int | None:
         return None
 
 
+def written_taps(out: Path) -> dict:
+    """The aux layer ids `quantize --serve-taps trained` wrote into OUT's config (its manifest says), else {}."""
+    try:
+        record = Manifest.read(out).serve_taps
+    except ManifestError:
+        return {}
+    return dict(record.written) if record is not None else {}
+
+
 def smoothed_tensors(out: Path) -> set[str]:
     """The BF16 tensors `quantize --smooth-alpha` folded its scales into (its manifest says)."""
     try:
@@ -249,8 +259,8 @@ def _config_problems(art: Fp8Artifact, reference: DraftCheckpoint | None) -> lis
         problems.append(f"inputs are declared dynamic but {static_modules[0]}.input_scale exists")
     if not dynamic and len(static_modules) != len(art.fp8_modules):
         problems.append("inputs are declared static but some FP8 linears have no input_scale")
-    if reference is not None:
-        ref_raw = reference.config.raw
+    if reference is not None:        # the reference's keys, with the ids --serve-taps wrote
+        ref_raw = apply_written(dict(reference.config.raw), written_taps(art.path))
         pruned = {"draft_vocab_size"} if pruned_vocab(art.path) is not None else set()
         for key in sorted(set(ref_raw) | set(art.raw_config) - {"quantization_config"} - pruned):
             if key not in pruned | {"quantization_config"} and ref_raw.get(key) != art.raw_config.get(key):

@@ -36,6 +36,8 @@ class VllmLoadOptions:
     seed: int = 0
     target_layers: int = 32       # the runtime layer index vLLM gives the draft (model.layers.{T})
     timeout_s: float = 600.0
+    taps: tuple[int, ...] | None = None      # the calibration set's layers to feed (a set may store more)
+    num_target_layers: int | None = None     # the real target's depth: the layers vLLM's defaults name
 
 
 def vllm_missing_reason() -> str | None:
@@ -56,7 +58,8 @@ def run_vllm_load_many(artifacts: list[str | Path], options: VllmLoadOptions | N
     paths = [str(Path(a).resolve()) for a in artifacts]
     request = {"artifacts": paths, "calib": str(options.calib) if options.calib else None,
                "positions": options.positions, "samples": options.samples, "seed": options.seed,
-               "target_layers": options.target_layers}
+               "target_layers": options.target_layers, "num_target_layers": options.num_target_layers,
+               "taps": list(options.taps) if options.taps is not None else None}
     env = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_LOGGING_LEVEL": "ERROR", "TOKENIZERS_PARALLELISM": "false"}
     command = ChildCommand(sys.executable, WORKER, name="the vLLM worker", env=env)
     run = run_child(command, request, timeout_s=options.timeout_s * len(paths))
@@ -80,6 +83,44 @@ def linear_problems(result: dict) -> list[str]:
     return problems
 
 
+def served_layers(artifact: Path) -> list[int] | None:
+    """The layers `quantize --serve-taps trained` made every engine feed (its manifest), else None."""
+    from eagle3_quant.errors import Eagle3QuantError
+    from eagle3_quant.records.manifest import MANIFEST_NAME, Manifest
+
+    if not (artifact / MANIFEST_NAME).is_file():
+        return None
+    try:
+        record = Manifest.read(artifact).serve_taps
+    except Eagle3QuantError:
+        return None
+    return record.served if record is not None and record.mode == "trained" else None
+
+
+def fed_problems(fed: dict | None, engine: str) -> list[str]:
+    """The runners that feed other layers than the manifest says the artifact is served with, or fewer states
+    than the draft's fc reads (a layer named twice, or past the target's last)."""
+    if not fed:
+        return []
+    found = [f"{engine} {name} feeds {len(each['layers'])} states, hidden_states{each['layers']} "
+             f"({each['source']}), the draft's fc reads {fed['states_read']}"
+             for name, each in fed["runners"].items()
+             if fed.get("states_read") and len(each["layers"]) < fed["states_read"]]
+    if fed.get("intended") is not None:
+        found += [f"{engine} {name} feeds hidden_states{each['layers']}, the manifest says hidden_states"
+                  f"{fed['intended']}" for name, each in fed["runners"].items() if each["layers"] != fed["intended"]]
+    return found
+
+
+def fed_text(fed: dict | None) -> str:
+    """'; target layers fed: ...' as vLLM's own code reads the artifact's config (both model runners)."""
+    if not fed:
+        return ""
+    runners = "; ".join(f"{name} hidden_states{each['layers']} ({each['source']})"
+                        for name, each in fed["runners"].items())
+    return f"; target layers vLLM feeds it ({fed['target_layers']}-layer target): {runners}"
+
+
 def vllm_load_check(result: dict) -> Check:
     if not result.get("ok"):
         return failed(CHECK_NAME, f"vLLM's own loader failed on the artifact: {result.get('error')}")
@@ -90,6 +131,7 @@ def vllm_load_check(result: dict) -> Check:
         problems.append(f"parameters vLLM left at their initial value: {', '.join(result['uninitialized'][:5])}")
     if result["not_identical"]:
         problems.append(f"tensors not byte-identical after loading: {'; '.join(result['not_identical'][:3])}")
+    problems += fed_problems(result.get("fed_layers"), "vLLM")
     logits = result["logits"]
     forms = result.get("logits_by_form") or {"paged": logits}
     for form, each in forms.items():
@@ -102,6 +144,7 @@ def vllm_load_check(result: dict) -> Check:
                             f"(<= {100 * MAX_RELATIVE_DLOGIT:.0f}%)")
     data = {k: result[k] for k in ("vllm_version", "architecture", "dtype", "linears", "tensors", "identical",
                                    "skipped_on_purpose", "attention", "inputs", "embedding", "wall_s")}
+    data["fed_layers"] = result.get("fed_layers")
     data["lm_head"] = result.get("lm_head", "the draft's own")
     data["logits"], data["logits_by_form"] = logits, forms
     if result.get("mx_kernel"):
@@ -118,7 +161,7 @@ def vllm_load_check(result: dict) -> Check:
                           f"max |dlogit| {100 * each['relative_dlogit']:.2f}% of max |logit|"
                           for form, each in forms.items())
               + " (the attention kernel replaced by a causal fp32-score stand-in on CPU"
-              + f"{MX_NOTE if result.get('mx_kernel') else ''})")
+              + f"{MX_NOTE if result.get('mx_kernel') else ''})" + fed_text(result.get("fed_layers")))
     return passed(CHECK_NAME, detail, **data)
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 from eagle3_quant.validate import vllm_harness
+from eagle3_quant.validate.vllm_load import served_layers
 from eagle3_quant.validate.vllm_tensors import compare_loaded, runtime_linears
 
 
@@ -62,14 +63,41 @@ def _build(vllm_config, record: dict):
         return get_model(vllm_config=vllm_config, model_config=vllm_config.speculative_config.draft_model_config)
 
 
+def fed_layers(vllm_config, num_layers: int) -> dict:
+    """The target layers vLLM's own code feeds this draft: each model runner's reader of the draft's config
+    (V1: ``GPUModelRunner._get_eagle3_aux_layers_from_config``, which the CPU runner runs; V2:
+    ``eagle3_utils.get_eagle3_aux_layers_from_config``), else the target's defaults
+    (``SupportsEagle3.get_eagle3_default_aux_hidden_state_layers``), as ``EagleModelMixin`` keeps them (sorted,
+    each once). Ids are inputs of those layers (``_maybe_add_hidden_state`` before layer idx)."""
+    from types import SimpleNamespace
+
+    from vllm.model_executor.models.interfaces import EagleModelMixin, SupportsEagle3
+    from vllm.v1.worker.gpu.spec_decode.eagle.eagle3_utils import get_eagle3_aux_layers_from_config
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    spec = vllm_config.speculative_config
+    target = SimpleNamespace(model=SimpleNamespace(layers=[None] * num_layers))
+    defaults = SupportsEagle3.get_eagle3_default_aux_hidden_state_layers(target)
+    runners = {}
+    v1 = GPUModelRunner._get_eagle3_aux_layers_from_config(SimpleNamespace(speculative_config=spec))
+    for name, ids in (("V1", v1), ("V2", get_eagle3_aux_layers_from_config(spec))):
+        holder = EagleModelMixin()
+        holder._set_aux_hidden_state_layers(tuple(ids) if ids else defaults)
+        runners[name] = {"layers": [int(i) for i in holder.aux_hidden_state_layers],
+                         "source": "the draft's config" if ids else f"defaults {list(defaults)}"}
+    return {"target_layers": num_layers, "runners": runners}
+
+
 def _inputs(request: dict, cfg: dict, num_aux: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """[(input_ids [T], aux [T, num_aux*Ht])]: calibration samples, else seeded random states."""
+    """[(input_ids [T], aux [T, num_aux*Ht])]: calibration samples (the layers `taps` of them), else seeded random
+    states."""
     layer = cfg.get("transformer_layer_config") or cfg
     if request.get("calib"):
         from eagle3_quant.calib.format import load_calibration
 
         out = []
-        for sample in load_calibration(request["calib"]).samples():
+        calib = load_calibration(request["calib"])
+        for sample in (calib.select(request["taps"]) if request.get("taps") else calib).samples():
             out.append((sample.input_ids[: request["positions"]], sample.aux_hidden_states[: request["positions"]]))
             if len(out) >= request["samples"]:
                 break
@@ -154,6 +182,8 @@ def run(request: dict, artifact: Path) -> dict:
         vllm_config = _engine_config(artifact, target, dtype_name, mla)
         record: dict = {}
         model = _build(vllm_config, record)
+    fed = {**fed_layers(vllm_config, request.get("num_target_layers") or request["target_layers"]),
+           "intended": served_layers(artifact)}
     build_s = time.perf_counter() - started
     tensors = compare_loaded(artifact, record, model)
     linears = runtime_linears(model)
@@ -165,6 +195,8 @@ def run(request: dict, artifact: Path) -> dict:
     embedding = None if own_embedding else _seeded(model.model.embed_tokens.weight, gen)
     lm_head = None if own_lm_head else _seeded(model.lm_head.weight, gen)
     ours = load_draft(artifact, "cpu", dtype, embedding=embedding, lm_head=lm_head)
+    # the ids' states (a draft reading the final layer too gets it beside them: not counted here)
+    fed["states_read"] = ours.config.num_aux - (1 if ours.config.aux_includes_final_layer else 0)
     d2t = getattr(model, "draft_id_to_target_id", None)
     forms = _compare_forms(model, ours, _inputs(request, cfg, ours.config.num_aux), dtype,
                            d2t.detach() if isinstance(d2t, torch.Tensor) else None, mla)
@@ -176,7 +208,7 @@ def run(request: dict, artifact: Path) -> dict:
             "attention": vllm_harness.MLA_ATTENTION_STAND_IN if mla else vllm_harness.ATTENTION_STAND_IN,
             **({"mx_kernel": vllm_harness.MX_STAND_IN if weight.get("dtype") == "fp4" else vllm_harness.MXFP6_STAND_IN}
                if mx else {}),
-            "inputs": inputs,
+            "inputs": inputs, "fed_layers": fed,
             "embedding": "the draft's own" if own_embedding else "seeded random (vLLM shares the target's)",
             "lm_head": "the draft's own" if own_lm_head else "seeded random (vLLM shares the target's: "
                                                               "has_own_lm_head False)",

@@ -20,14 +20,20 @@ def inspect_command(
     quantize_fc: Annotated[bool, typer.Option("--quantize-fc", help=help_of(Q, "quantize_fc"))]
     = default(Q, "quantize_fc"),
     revision: Annotated[str | None, typer.Option(help=help_of(Q, "revision"))] = default(Q, "revision"),
+    target: Annotated[str | None, typer.Option(help="The target (folder or Hub id; its config.json only): its "
+                                                    "layer count gives the layers the engines' defaults name.")]
+    = None,
 ) -> None:
-    """Describe a draft from its headers: format, sizes, vocabularies, parameters, the plan. Instant."""
+    """Describe a draft from its headers: format, sizes, vocabularies, parameters, the plan, the target layers
+    each engine feeds it. Instant."""
     from eagle3_quant.inspection import inspect_draft
 
-    report = inspect_draft(src, scheme, exclude, quantize_fc, revision)
+    report = inspect_draft(src, scheme, exclude, quantize_fc, revision, target)
     if as_json:
         typer.echo(json.dumps(report.to_dict(), indent=2, allow_nan=False))
         return
     from eagle3_quant.cli.render import print_inspection
+    from eagle3_quant.cli.render_taps import print_taps
 
     print_inspection(report)
+    print_taps(report.taps)

@@ -11,10 +11,12 @@ from eagle3_quant.options import default_of as default
 from eagle3_quant.options import help_of
 from eagle3_quant.quantize.options import AUTO_SCHEME, ENGINES
 from eagle3_quant.quantize.options import QuantizeOptions as Q
+from eagle3_quant.records.serve_taps import SERVE_TAPS
 from eagle3_quant.schemes import ELEMENT_DTYPES, SCHEMES
 
 SchemeName = Enum("SchemeName", {name: name for name in (*SCHEMES, AUTO_SCHEME)}, type=str)
 EngineName = Enum("EngineName", {name: name for name in ENGINES}, type=str)
+ServeTaps = Enum("ServeTaps", {name: name for name in SERVE_TAPS}, type=str)
 
 
 @app.command("quantize")
@@ -42,6 +44,7 @@ def quantize_command(
     min_acceptance_ratio: Annotated[float, typer.Option(help=help_of(Q, "min_acceptance_ratio"))]
     = default(Q, "min_acceptance_ratio"),
     engine: Annotated[EngineName, typer.Option(help=help_of(Q, "engine"))] = default(Q, "engine"),
+    serve_taps: Annotated[ServeTaps, typer.Option(help=help_of(Q, "serve_taps"))] = default(Q, "serve_taps"),
 ) -> None:
     """Quantize a draft to FP8 with AMD Quark; write config.json that vLLM loads unedited, and a manifest."""
     from eagle3_quant.cli.render import console, human_bytes, print_loader_check
@@ -51,7 +54,7 @@ def quantize_command(
                 calib=calib, auto_exclude=auto_exclude, smooth_alpha=smooth_alpha, gptq=gptq, force=force,
                 revision=revision, verbose=verbose,
                 allow_pickle=allow_pickle, draft_vocab=draft_vocab, quantize_lm_head=quantize_lm_head,
-                min_acceptance_ratio=min_acceptance_ratio, engine=engine.value)
+                min_acceptance_ratio=min_acceptance_ratio, engine=engine.value, serve_taps=serve_taps.value)
     if quantize_fc:
         console.print("[yellow]warning:[/] --quantize-fc: vLLM only. SGLang's Eagle3 loader keeps fc as a plain "
                       "nn.Linear: it casts the FP8 weight and drops fc.weight_scale, silently (`validate` fails "
@@ -62,6 +65,10 @@ def quantize_command(
 
         print_auto_choice(result.manifest.auto_choice)
     print_loader_check(result.loader_check)
+    if result.manifest.serve_taps is not None:
+        from eagle3_quant.cli.render_taps import print_serve_taps
+
+        print_serve_taps(result.manifest.serve_taps)
     outputs = result.manifest.outputs
     console.print(f"wrote {result.output} in {result.seconds:.1f} s: {len(outputs)} files, "
                   f"{human_bytes(sum(o.size for o in outputs))}; "

@@ -74,6 +74,9 @@ def print_validation(report) -> None:
         pairs = zip(timing["batch_sizes"], timing["fp8_over_bf16"], strict=True)
         console.print("FP8 / BF16 time of the draft's linears by batch size: "
                       + ", ".join(f"{b}: {_fmt(r, 2)}" for b, r in pairs))
+    from eagle3_quant.cli.render_taps import print_candidates
+
+    print_candidates(m.get("taps") or {})
     for note in (m.get("taps") or {}).get("notes", []):
         console.print(f"[yellow]note:[/] {note}")
     verdict = "[green]PASSED[/]" if report.passed else \

@@ -16,6 +16,7 @@ from typing import Any
 
 from eagle3_quant.errors import Eagle3QuantError, ManifestError
 from eagle3_quant.records.auto_choice import AutoChoiceRecord
+from eagle3_quant.records.serve_taps import ServeTapsRecord
 from eagle3_quant.util.hashing import FileDigest, digest_folder, sha256_file
 
 MANIFEST_NAME = "eagle3_quant.json"
@@ -84,6 +85,7 @@ class Manifest:
     smoothing: dict[str, Any] | None = None       # --smooth-alpha: alpha, sites, the BF16 tensors it folded into
     gptq: dict[str, Any] | None = None            # --gptq: samples, draft steps, the rounding order, Quark's settings
     auto_choice: AutoChoiceRecord | None = None   # --scheme auto: the candidate ladder, measured, and the choice
+    serve_taps: ServeTapsRecord | None = None     # --serve-taps: the layers each engine feeds, what was written, why
     manifest_version: int = MANIFEST_VERSION
     created_at: str = ""
     command: list[str] = field(default_factory=list)
@@ -91,12 +93,13 @@ class Manifest:
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
-        for optional in ("calibration", "sensitivity", "vocab_pruning", "smoothing", "gptq", "auto_choice"):
+        for optional in ("calibration", "sensitivity", "vocab_pruning", "smoothing", "gptq", "auto_choice",
+                         "serve_taps"):
             if data[optional] is None:
                 del data[optional]
         order = ("manifest_version", "created_at", "command", "versions", "source", "scheme", "exclude", "layers",
-                 "device", "calibration", "sensitivity", "vocab_pruning", "smoothing", "gptq", "auto_choice", "inputs",
-                 "outputs")
+                 "device", "serve_taps", "calibration", "sensitivity", "vocab_pruning", "smoothing", "gptq",
+                 "auto_choice", "inputs", "outputs")
         return {key: data[key] for key in order if key in data}
 
     @classmethod
@@ -123,6 +126,8 @@ class Manifest:
                 gptq=data.get("gptq") if isinstance(data.get("gptq"), dict) else None,
                 auto_choice=(AutoChoiceRecord.from_dict(data["auto_choice"], path)
                              if data.get("auto_choice") is not None else None),
+                serve_taps=(ServeTapsRecord.from_dict(data["serve_taps"], path)
+                            if data.get("serve_taps") is not None else None),
                 created_at=str(data.get("created_at", "")),
                 command=[str(c) for c in data.get("command") or []],
                 versions={str(k): str(v) for k, v in (data.get("versions") or {}).items()},

@@ -30,7 +30,7 @@ Layout (``report_version`` 1), written by `eagle3-quant validate`::
         "compute_dtype", "device",                           # what the two drafts were computed in, and where
         "prediction": {"engine", "compute_dtype", "dtype_reason", "silu_mul", "fused_shards"},
                                              # the serving numerics followed (eagle3_quant/runtime/serving.py)
-        "taps": {"training", "vllm", "sglang", "notes": [...]}  # hidden_states each engine feeds (engine_taps.py)
+        "taps": {"training", "vllm", "sglang", "feeds", "measured", "best", "notes": [...]}  # validate/taps_report.py
       },
       "layers": [{"module", "role", "shape", "sqnr_db"}],    # per quantized linear (needs the reference)
       "kernel": {"status", "device", "platform", "backend", "kernels": [...], ...},   # see kernel_check.py
@@ -71,6 +71,29 @@ class CheckLine:
 
 
 @dataclass(frozen=True)
+class TapsMeasured:
+    """The acceptance `validate` measured with one candidate set of target layers fed (metrics.taps.measured)."""
+
+    name: str
+    indices: tuple[int, ...]
+    fed_by: tuple[str, ...]                 # readers (vllm, vllm_v2, sglang) that feed it as the config stands
+    acceptance_length_bf16: float | None
+    acceptance_length_fp8: float | None
+
+
+def _taps_measured(taps: dict) -> tuple[TapsMeasured, ...]:
+    rows = []
+    for row in taps.get("measured") or ():
+        if not isinstance(row, dict) or not isinstance(row.get("indices"), list):
+            continue
+        lengths = [row.get(k) if isinstance(row.get(k), int | float) and math.isfinite(row[k]) else None
+                   for k in ("acceptance_length_bf16", "acceptance_length_fp8")]
+        rows.append(TapsMeasured(str(row.get("name")), tuple(int(i) for i in row["indices"]),
+                                 tuple(str(r) for r in row.get("fed_by") or ()), *lengths))
+    return tuple(rows)
+
+
+@dataclass(frozen=True)
 class ValidationSummary:
     """What the validation report says, reduced to what push and the card need."""
 
@@ -82,6 +105,8 @@ class ValidationSummary:
     kernel: dict[str, Any] = field(default_factory=dict)
     target: str | None = None
     taps_notes: tuple[str, ...] = ()        # serving engines that feed other layers than the draft was trained on
+    taps_measured: tuple[TapsMeasured, ...] = ()   # acceptance under each candidate set of layers
+    taps_best: str | None = None            # the candidate the FP8 artifact drafts best with
     gates: str = ""                         # the gates applied and where each came from, in words
     engine_run: dict[str, Any] = field(default_factory=dict)   # `bench`: vLLM's own measurement, as recorded
     prediction: str = ""                    # the numerics the acceptance was predicted with, in words
@@ -214,6 +239,8 @@ def read_validation(out: str | Path, artifact: Mapping[str, str] | None = None) 
     notes = tuple(str(n) for n in taps.get("notes") or () if isinstance(n, str))
     engine_run = data.get(ENGINE_RUN) if isinstance(data.get(ENGINE_RUN), dict) else {}
     common = dict(checks=checks, metrics=_finite_numbers(metrics), kernel=kernel, target=target, taps_notes=notes,
+                  taps_measured=_taps_measured(taps),
+                  taps_best=taps.get("best") if isinstance(taps.get("best"), str) else None,
                   gates=_gates_text(data.get("gates"), data.get("gate_source")), engine_run=engine_run,
                   prediction=prediction_text(metrics.get("prediction"), metrics.get("compute_dtype")))
     if data.get("passed") is not True:

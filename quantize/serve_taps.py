@@ -1,0 +1,169 @@
+"""`quantize --serve-taps trained|as-is`: which target layers the artifact is served with, decided before any work.
+
+`trained` (default): the layers the draft was trained on, known from the config's convention (nested ids count
+layer outputs, SpecForge; top-level ids count inputs, speculators) or measured: with a calibration set that holds
+the candidates (`calibrate` stores them all), the BF16 draft's acceptance is measured under each one, and a
+candidate that beats the convention's with a paired 95% interval above 1 replaces it; a draft without ids takes
+the best measured candidate, and without a measurement it is refused (no engine default is published silently).
+The ids are then written so that every engine named feeds those layers (``engines/aux_taps.served_config``):
+vLLM's top-level key, SGLang's nested one; no weight changes. `as-is` writes the ids unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from eagle3_quant.calib.engine_taps import held_candidates
+from eagle3_quant.calib.served import target_layers
+
+from eagle3_quant.engines.aux_taps import (
+    TapCandidate,
+    engine_feeds,
+    served_config,
+    tap_candidates,
+    trained_taps,
+)
+from eagle3_quant.errors import DraftFormatError
+from eagle3_quant.reading.draft import DraftCheckpoint
+from eagle3_quant.reading.taps import AUX_KEY, resolve_taps
+from eagle3_quant.records.public_names import public_name
+from eagle3_quant.records.serve_taps import MeasuredTaps, ServeTapsRecord
+
+TAPS_K = 3          # draft steps per chain, as `validate` measures by default
+
+
+@dataclass(frozen=True)
+class TapsDecision:
+    indices: tuple[int, ...] | None       # the layers the artifact is served with (the calibration view)
+    written: dict = field(default_factory=dict)   # config field -> value to write
+    record: ServeTapsRecord | None = None
+
+
+def _layers(draft: DraftCheckpoint, calib) -> int | None:
+    if calib is None:
+        return None
+    layers = target_layers(calib)
+    if layers is None and calib.info.target:
+        from eagle3_quant.calib.target import read_target
+
+        try:
+            layers = read_target(calib.info.target).num_layers
+        except Exception:   # noqa: BLE001 - an unreadable target only leaves the defaults unknown
+            return None
+    return layers
+
+
+def _measure(draft: DraftCheckpoint, calib, candidates: tuple[TapCandidate, ...], device: str) -> list:
+    """(candidate, accepted counts per sample) for each candidate the set holds, the BF16 draft fed its layers."""
+    from eagle3_quant.quantize.auto import compute_dtype
+    from eagle3_quant.quantize.calibration import calibration_embedding
+
+    from eagle3_quant.runtime.acceptance import chain_acceptance
+    from eagle3_quant.runtime.loading import load_draft
+
+    runtime = load_draft(draft.path, device, compute_dtype(device), embedding=calibration_embedding(draft, calib))
+    return [(c, chain_acceptance(runtime, calib.select(c.indices), TAPS_K)) for c in candidates]
+
+
+def _best(measured: list, trained) -> tuple[TapCandidate | None, str]:
+    """The measured candidate to serve, and why; None when nothing could be judged."""
+    from eagle3_quant.runtime.acceptance import acceptance_stats, paired_ratio
+
+    judged = [(c, counts) for c, counts in measured if acceptance_stats(counts, TAPS_K).drafts]
+    if not judged:
+        return None, "no chain could be judged (calibrate with generated tokens)"
+    lengths = {c.indices: acceptance_stats(counts, TAPS_K).acceptance_length for c, counts in judged}
+    best, best_counts = max(judged, key=lambda item: lengths[item[0].indices])
+    if trained is None:
+        return best, (f"measured: hidden_states{list(best.indices)} ({best.name}) drafts best, acceptance length "
+                      f"{lengths[best.indices]:.3f} at k={TAPS_K}")
+    own = next(((c, counts) for c, counts in judged if c.indices == trained.indices), None)
+    if own is None or best.indices == trained.indices:
+        return None, ""
+    ratio = paired_ratio(own[1], best_counts)
+    if ratio.low > 1:
+        return best, (f"measured: hidden_states{list(best.indices)} ({best.name}) drafts better than the config's "
+                      f"convention, hidden_states{list(trained.indices)}: acceptance length "
+                      f"{lengths[best.indices]:.3f} vs {lengths[trained.indices]:.3f} "
+                      f"(ratio {ratio.ratio:.4f}, 95% CI {ratio.low:.4f}..{ratio.high:.4f})")
+    return None, ""
+
+
+def _no_ids_error(draft: DraftCheckpoint, why: str) -> DraftFormatError:
+    return DraftFormatError(f"the draft names no aux layer ids, so every engine feeds it its default layers "
+                            f"(2, L//2, L-3), which need not be the ones it was trained on; {why}",
+                            path=draft.path / "config.json", field=AUX_KEY,
+                            hint="give --calib CAL (made by `eagle3-quant calibrate`, which stores every candidate) "
+                                 "to measure them, or --serve-taps as-is to publish on the engines' defaults")
+
+
+def decide_serve_taps(draft: DraftCheckpoint, mode: str, calib_path: Path | None, engines: tuple[str, ...],
+                      device: str) -> TapsDecision:
+    """The layers to serve the artifact with, what to write for them, and the manifest's record."""
+    from eagle3_quant.calib.format import load_calibration
+    from eagle3_quant.quantize.calibration import check_calibration_size
+
+    config = draft.config
+    calib = load_calibration(calib_path) if calib_path is not None else None
+    if calib is not None:
+        check_calibration_size(draft, calib)
+    layers = _layers(draft, calib)
+    trained = trained_taps(config, layers)
+    feeds = {f.reader: f for f in engine_feeds(config, layers)}
+    candidates = held_candidates(config, calib.stored_layers, calib.info.extra, layers) if calib else ()
+    measured = _measure(draft, calib, candidates, device) if candidates else []
+    final_unknown = config.aux_includes_final_layer and layers is None
+    if mode == "as-is" or final_unknown:
+        served = feeds["vllm"].indices if feeds["vllm"].problem is None else None
+        reason = ("--serve-taps as-is: the ids as the source wrote them, each engine reading them its own way"
+                  if mode == "as-is" else "the draft also reads the target's final layer, whose index needs the "
+                  "target's depth (give --calib): the ids kept as the source wrote them")
+        return TapsDecision(served, {}, _record(mode, served, trained and trained.indices, "as-is", reason, {}, {},
+                                                feeds, feeds, layers, calib_path, measured))
+    if trained is None and config.aux_layer_ids:
+        resolve_taps(config, layers)            # the config's ids name no layers the draft can be fed: why
+    best, why = _best(measured, trained)
+    if best is not None:
+        chosen, decided_by, reason = best.indices, "measurement", why
+    elif trained is not None:
+        chosen, decided_by = trained.indices, "config"
+        reason = f"the config's convention: {trained.origin}, {trained.convention.value} count"
+        if any(c.indices == trained.indices for c, _ in measured):
+            reason += "; the measurement agrees (no candidate drafts better with a 95% interval above 1)"
+    elif not measured:
+        raise _no_ids_error(draft, "no calibration set holds candidates to measure"
+                            if calib is None else "the calibration set holds none of the candidate layer sets "
+                            f"({', '.join(str(list(c.indices)) for c in tap_candidates(config, layers))})")
+    else:
+        raise _no_ids_error(draft, why)
+    served = served_config(config, chosen, engines, layers)
+    if served.problems:
+        raise DraftFormatError(f"--serve-taps trained cannot make every engine feed hidden_states{list(chosen)}: "
+                               f"{served.problems[0]}", path=draft.path / "config.json", field=AUX_KEY,
+                               hint="--engine vllm, or --serve-taps as-is")
+    after = {f.reader: f for f in served.feeds}
+    return TapsDecision(chosen, served.written, _record(mode, chosen, chosen, decided_by, reason, served.written,
+                                                        served.before, feeds, after, layers, calib_path, measured))
+
+
+def _record(mode, served, trained, decided_by, reason, written, before, feeds_before, feeds_after, layers,
+            calib_path, measured) -> ServeTapsRecord:
+    from eagle3_quant.runtime.acceptance import acceptance_stats
+
+    rows = []
+    for candidate, counts in measured:
+        stats = acceptance_stats(counts, TAPS_K)
+        rows.append(MeasuredTaps(candidate.name, list(candidate.indices),
+                                 stats.acceptance_length if stats.drafts else None,
+                                 list(stats.per_position) if stats.drafts else [], stats.drafts))
+
+    def indices(feeds):
+        return {name: None if f.indices is None else list(f.indices) for name, f in feeds.items()}
+
+    return ServeTapsRecord(mode, None if served is None else list(served), None if trained is None else list(trained),
+                           decided_by, reason, dict(written), dict(before), indices(feeds_before),
+                           indices(feeds_after), {n: f.problem for n, f in feeds_before.items() if f.problem}, layers,
+                           public_name(calib_path) if calib_path else None,
+                           TAPS_K if measured else None, rows)
+

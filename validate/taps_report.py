@@ -1,0 +1,73 @@
+"""What `validate` says about the target layers: per engine the layers fed (as the artifact's config stands), the
+trained ones, and the acceptance under each candidate the calibration set holds, BF16 reference and FP8 artifact:
+numbers, not a warning. A draft naming no ids is measured under the defaults of both counts, and the best is named."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from eagle3_quant.calib.engine_taps import Engine, engine_taps, held_candidates, served_taps
+from eagle3_quant.calib.format import CalibrationSet
+from eagle3_quant.calib.served import draft_view, target_layers
+
+from eagle3_quant.engines.aux_taps import engine_feeds
+from eagle3_quant.errors import DraftFormatError
+from eagle3_quant.reading.config import DraftConfig
+
+
+def depth(calib: CalibrationSet | None, target: str | Path | None) -> int | None:
+    """The target's layer count: recorded by `calibrate`, else read from --target or the set's target."""
+    layers = target_layers(calib) if calib is not None else None
+    source = target or (calib.info.target if calib is not None else None)
+    if layers is None and source:
+        from eagle3_quant.calib.target import read_target
+
+        try:
+            layers = read_target(source).num_layers
+        except Exception:   # noqa: BLE001 - an unreadable target only leaves the defaults unknown
+            return None
+    return layers
+
+
+def served_view(calib: CalibrationSet, config: DraftConfig, layers: int | None) -> CalibrationSet:
+    """The set as vLLM feeds the artifact (its model runner V1, the CPU engine's; after `--serve-taps trained`
+    every engine feeds the same layers)."""
+    try:
+        taps = engine_taps(config, layers, Engine.vllm).indices
+    except DraftFormatError:
+        taps = None
+    return draft_view(calib, config, taps, "vLLM feeds the artifact")
+
+
+def candidate_rows(config: DraftConfig, calib: CalibrationSet, layers: int | None, fp8, bf16, k: int,
+                   max_samples: int | None, served: tuple[int, ...], served_stats) -> list[dict]:
+    """Acceptance under each candidate the set holds (`served_stats`: the fidelity run's (BF16, FP8) statistics,
+    for the layers it was run on)."""
+    from eagle3_quant.runtime.acceptance import acceptance_stats, chain_acceptance
+
+    feeds = engine_feeds(config, layers)
+    rows = []
+    for candidate in held_candidates(config, calib.stored_layers, calib.info.extra, layers):
+        if candidate.indices == served and served_stats is not None:
+            ref_stats, cand_stats = served_stats
+        else:
+            view = calib.select(candidate.indices)
+            ref_stats, cand_stats = (acceptance_stats(chain_acceptance(d, view, k, max_samples), k)
+                                     for d in (bf16, fp8))
+        rows.append({"name": candidate.name, "indices": list(candidate.indices),
+                     "fed_by": [f.reader for f in feeds if f.indices == candidate.indices and not f.problem],
+                     "drafts": ref_stats.drafts,
+                     "acceptance_length_bf16": ref_stats.acceptance_length if ref_stats.drafts else None,
+                     "acceptance_length_fp8": cand_stats.acceptance_length if cand_stats.drafts else None,
+                     "per_position_fp8": list(cand_stats.per_position) if cand_stats.drafts else []})
+    return rows
+
+
+def taps_metrics(config: DraftConfig, layers: int | None, rows: list[dict]) -> dict:
+    """`metrics.taps`: feeds, trained layers, notes, the candidates measured and the best one (FP8 artifact)."""
+    summary = served_taps(config, layers)
+    summary["target_layers"] = layers
+    summary["measured"] = rows
+    judged = [r for r in rows if r["acceptance_length_fp8"] is not None]
+    summary["best"] = max(judged, key=lambda r: r["acceptance_length_fp8"])["name"] if judged else None
+    return summary
