@@ -36,6 +36,7 @@ from bench.drafts import BENCH_SHAPES, DEFAULT_CACHE, cached_draft, folder_bytes
 from bench.measure import drop_dirty_pages, median, rss_method, run_measured
 from bench.report import check_targets, format_breakdowns, format_extras, format_table
 from bench.step_bytes import format_step_bytes, step_bytes
+from eagle3_quant.records.manifest import MANIFEST_NAME
 
 DEFAULT_OUT = REPO / "bench" / "results" / "latest.json"
 CLI_REPEAT = 5
@@ -147,7 +148,7 @@ def bench_throughput(shapes: list[str], cache: Path) -> dict[str, Any] | str:
     """BF16 vs FP8 forward on the Llama-3.1-8B-shaped draft (the Kimi one is too slow for CPU validation)."""
     name = next((s for s in ("llama3-8b", "tiny") if s in shapes), None)
     fp8 = fp8_folder(name, cache) if name else None
-    if fp8 is None or not (fp8 / "eagle3_quant.json").is_file():
+    if fp8 is None or not (fp8 / MANIFEST_NAME).is_file():
         return "not measured: needs the llama3-8b or tiny shape with its breakdown run (the FP8 draft it writes)"
     src = cached_draft(BENCH_SHAPES[name], cache)
     return {"shape": name, **parse_last_json(run_measured(throughput_command(src, fp8), cwd=REPO).stdout)}

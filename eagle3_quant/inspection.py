@@ -49,6 +49,7 @@ class DraftInspection:
     vllm_exclude: list[str]
     estimated_output_bytes: int
     engines: dict[str, str | None]  # engine -> None when it serves the draft, else the one-line reason it refuses
+    artifact_engines: dict          # what `quantize --engine auto` would write it for: requested, serves, left_out
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -113,6 +114,7 @@ def inspect_draft(src: str | Path, scheme: str = DEFAULT_SCHEME, exclude: Sequen
             draft, {d.module for d in plan.quantized}, static_input=not plan.scheme.input.dynamic,
             mx_bits=plan.scheme.weight.element_bits if plan.scheme.mx else None),
         engines=_engines(draft),
+        artifact_engines=plan.engines.to_dict(),
     )
 
 

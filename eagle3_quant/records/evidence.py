@@ -9,14 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from eagle3_quant.records.manifest import MANIFEST_NAME, Manifest
 from eagle3_quant.util.hashing import digest_folder
 
-if TYPE_CHECKING:
-    from eagle3_quant.records.manifest import Manifest
-
-NOT_ARTIFACT = frozenset({"validation.json", "eagle3_quant.json", "README.md"})   # report, manifest, card
+NOT_ARTIFACT = frozenset({"validation.json", MANIFEST_NAME, "README.md"})   # report, manifest, card
 
 
 def artifact_digests(out: Path) -> dict[str, str]:
