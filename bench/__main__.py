@@ -18,10 +18,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from bench import first_run
 from bench.auto_choice import bench_auto_choice, format_auto_choice
 from bench.contenders import (
     CONTENDERS,
-    IMPORT_CODE,
     INSPECT_IMPORTS_CODE,
     PYTHON,
     REPO,
@@ -134,16 +134,6 @@ def bench_cli(largest: Path, repeat: int) -> dict[str, Any]:
                         "median_s": round(median(inspect_runs), 4), "imports": imports}}
 
 
-def bench_quark_import(repeat: int) -> dict[str, Any]:
-    runs = []
-    for _ in range(repeat):
-        measured = run_measured([PYTHON, "-c", IMPORT_CODE])
-        runs.append({"import_s": round(float(measured.stdout.strip().splitlines()[-1]), 4),
-                     "process_s": round(measured.wall_s, 4), "peak_rss_bytes": measured.peak_rss_bytes})
-    return {"runs": runs, "median_import_s": round(median([r["import_s"] for r in runs]), 4),
-            "median_process_s": round(median([r["process_s"] for r in runs]), 4)}
-
-
 def bench_throughput(shapes: list[str], cache: Path) -> dict[str, Any] | str:
     """BF16 vs FP8 forward on the Llama-3.1-8B-shaped draft (the Kimi one is too slow for CPU validation)."""
     name = next((s for s in ("llama3-8b", "tiny") if s in shapes), None)
@@ -179,7 +169,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         largest_name = [s for s in BENCH_SHAPES if s in args.shapes][-1]
         largest = cached_draft(BENCH_SHAPES[largest_name], args.cache)
         results["cli"] = bench_cli(largest, CLI_REPEAT)
-        results["quark_import"] = bench_quark_import(args.repeat or 3)
+        results["first_run"] = first_run.measure(args.repeat or 3)
         results["throughput"] = bench_throughput(args.shapes, args.cache)
         results["calib_capture"] = bench_calib_capture()
         results["auto_choice"] = bench_auto_choice(args.cache)
