@@ -12,7 +12,8 @@ from eagle3_quant.calib.prompts import PromptSpec, sample_prompts
 from eagle3_quant.calib.result import CalibrationResult, estimate_bytes, set_bytes
 from eagle3_quant.calib.staging import ResumableOutput, check_inputs_apart, finished_set
 from eagle3_quant.calib.taps import Taps
-from eagle3_quant.calib.target import check_target, load_model, load_tokenizer, read_target
+from eagle3_quant.calib.target import check_target, load_tokenizer, read_target
+from eagle3_quant.calib.transformers_capture import capture_with_transformers
 
 from eagle3_quant.options import build_options
 from eagle3_quant.reading.draft import read_draft
@@ -62,34 +63,12 @@ def calibrate_target(target: str | Path, draft: str | Path, data: str | Path, ou
         resumed = writer.count
         est_bytes = estimate_bytes(max_tokens, spec.hidden_size, dtype, len(taps.indices))
         progress.say(_plan_text(spec, taps, record, prompts, max_tokens, est_bytes, resumed, target_output.staging))
-        captured = _capture(spec, taps, dtype, opts, tokenizer, prompts.prompts[resumed:], writer, progress,
-                            len(prompts.prompts), resumed)
+        captured = capture_with_transformers(spec, taps.indices, dtype, opts, tokenizer, prompts.prompts[resumed:],
+                                             writer, progress, len(prompts.prompts), resumed)
         target_output.finish(writer)
     finally:
         target_output.close()
     return _result(out, info, taps, started, *captured, resumed)
-
-
-def _capture(spec, taps: Taps, dtype: str, opts: CalibrationOptions, tokenizer, todo, writer, progress: Progress,
-             total: int, done: int):
-    import torch
-    from eagle3_quant.calib.capture import TargetRunner
-
-    if not todo:
-        return 0, 0, 0.0, 0, 0
-    model = load_model(spec, dtype, opts.max_memory, opts.trust_remote_code)
-    eos = tokenizer.eos_token_id
-    runner = TargetRunner(model, taps.indices, getattr(torch, dtype), [eos] if eos is not None else None)
-    tokens = generated = cut = 0
-    start = time.perf_counter()
-    with progress.task("capture", total, done) as advance:
-        for prompt in todo:
-            captured = runner.capture(prompt, opts.generate_tokens)
-            writer.add(captured.sample)
-            n = int(captured.sample.input_ids.numel())
-            tokens, generated, cut = tokens + n, generated + captured.generated, cut + captured.cut
-            advance(1, n)
-    return len(todo), tokens, time.perf_counter() - start, generated, cut
 
 
 def _info(target: str, draft: str, taps: Taps, record: TapRecord, hidden: int, dtype: str, spec: PromptSpec,

@@ -10,7 +10,7 @@ from eagle3_quant.calib.taps import TapConvention
 from eagle3_quant.calib.target import DTYPE_NAMES
 
 from eagle3_quant.errors import CalibrationDataError
-from eagle3_quant.options import option
+from eagle3_quant.options import DEVICE_HELP, check_device, check_positive, option
 
 DEFAULT_GENERATE_TOKENS = 64
 TAPS_HELP = ("How the draft config counts its aux layer ids: input (EAGLE/vLLM/speculators) or output "
@@ -50,6 +50,13 @@ class CalibrationOptions:
     dtype: str = option("auto", "Run the target and store the states in this dtype (auto: the target's dtype).")
     trust_remote_code: bool = option(False, "Allow the target's own modelling code from its repository.")
     max_memory: dict | None = option(None, "accelerate max_memory per device (GPU machines).")
+    device: str | None = option(None, "Where the target runs: " + DEVICE_HELP + " With cuda its layers fill every "
+                                      "GPU, then CPU RAM (accelerate's device_map auto); cuda:N puts it on that GPU.")
+    batch_size: int | None = option(None, "Prompts the transformers backend runs together (left-padded, attention "
+                                          "mask, one KV cache); default: 16, fewer when the longest batch's logits "
+                                          "and hidden states would take over a quarter of the free memory.")
+    threads: int | None = option(None, "torch CPU threads; default: the cores no other process is running on, "
+                                       "checked again between batches (OMP_NUM_THREADS, when set, is kept).")
     force: bool = option(False, "Replace OUT, or an interrupted run made with other options.", pipeline=False)
     revision: str | None = option(None, "Hub revision of the draft.", pipeline=False)
     shard_samples: int = option(64, "Samples per shard file at most.", pipeline=False)
@@ -65,6 +72,9 @@ class CalibrationOptions:
             if getattr(self, name) < 0:
                 raise CalibrationDataError(f"must not be negative, got {getattr(self, name)}", field=name)
         object.__setattr__(self, "aux_layer_ids", _check_taps(self.tap_convention, self.aux_layer_ids, self.engine))
+        check_device(self.device)
+        check_positive(self.batch_size, "batch_size")
+        check_positive(self.threads, "threads")
         if self.dtype not in ("auto", *DTYPE_NAMES):
             raise CalibrationDataError(f"{self.dtype!r} is not one of auto, {', '.join(DTYPE_NAMES)}", field="dtype")
 

@@ -59,6 +59,9 @@ def calibrate_command(
     dtype: Annotated[Dtype, typer.Option(help=help_of(C, "dtype"))] = default(C, "dtype"),
     trust_remote_code: Annotated[bool, typer.Option("--trust-remote-code", help=help_of(C, "trust_remote_code"))]
     = default(C, "trust_remote_code"),
+    device: Annotated[str | None, typer.Option(help=help_of(C, "device"))] = default(C, "device"),
+    batch_size: Annotated[int | None, typer.Option(help=help_of(C, "batch_size"))] = default(C, "batch_size"),
+    threads: Annotated[int | None, typer.Option(help=help_of(C, "threads"))] = default(C, "threads"),
     force: Annotated[bool, typer.Option("--force", help=help_of(C, "force"))] = default(C, "force"),
     revision: Annotated[str | None, typer.Option(help=help_of(C, "revision"))] = default(C, "revision"),
 ) -> None:
@@ -87,7 +90,7 @@ def calibrate_command(
                     min_tokens=min_tokens, generate_tokens=generate_tokens, engine=(engine or Engine.vllm).value,
                     tap_convention=tap_convention.value,
                     aux_layer_ids=ids, dtype=dtype.value, trust_remote_code=trust_remote_code, force=force,
-                    revision=revision)
+                    revision=revision, device=device, batch_size=batch_size, threads=threads)
         try:
             result = calibrate_target(target, draft, data, out, options, progress=progress)
         except KeyboardInterrupt:
