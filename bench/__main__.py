@@ -18,7 +18,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from bench import first_run
+from bench import calib_share, first_run
 from bench.auto_choice import bench_auto_choice, format_auto_choice
 from bench.contenders import (
     CONTENDERS,
@@ -147,9 +147,9 @@ def bench_throughput(shapes: list[str], cache: Path) -> dict[str, Any] | str:
 def bench_calib_capture() -> list[dict[str, Any]]:
     """`calibrate`'s capture beside a bare transformers run on the same prompts, without and with generated tokens."""
     runs = []
-    for generate in (0, 32):
+    for generate in (0, 64):
         command = [PYTHON, "-m", "bench.calib_capture", "--generate-tokens", str(generate),
-                   *(["--samples", "8"] if generate else [])]
+                   *(["--samples", "32", "--seq-len", "128"] if generate else [])]
         runs.append(parse_last_json(run_measured(command, cwd=REPO).stdout))
     return runs
 
@@ -172,6 +172,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         results["first_run"] = first_run.measure(args.repeat or 3)
         results["throughput"] = bench_throughput(args.shapes, args.cache)
         results["calib_capture"] = bench_calib_capture()
+        results["calib_share"] = calib_share.measure(32, 96, 32, 2)
         results["auto_choice"] = bench_auto_choice(args.cache)
     results["targets"] = check_targets(results)
     results["machine"]["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]

@@ -53,7 +53,7 @@ class CalibrationOptions:
     device: str | None = option(None, "Where the target runs: " + DEVICE_HELP + " With cuda its layers fill every "
                                       "GPU, then CPU RAM (accelerate's device_map auto); cuda:N puts it on that GPU.")
     batch_size: int | None = option(None, "Prompts the transformers backend runs together (left-padded, attention "
-                                          "mask, one KV cache); default: 16, fewer when the longest batch's logits "
+                                          "mask, one KV cache); default: 32, fewer when the longest batch's logits "
                                           "and hidden states would take over a quarter of the free memory.")
     threads: int | None = option(None, "torch CPU threads; default: the cores no other process is running on, "
                                        "checked again between batches (OMP_NUM_THREADS, when set, is kept).")

@@ -92,21 +92,23 @@ def test_capture_line_reads_the_ratio_against_its_goal():
     from bench.report import format_capture
 
     run = {"target": {"layers": 4, "hidden": 256}, "samples": 16, "seq_len": 256, "generate_tokens": 32,
-           "device": "cpu", "torch_threads": 2, "tokens_per_s": 90.0, "bare_tokens_per_s": 100.0,
-           "capture_over_bare": 0.9, "goal": 0.8}
-    assert "90 tokens/s vs bare transformers 100 tokens/s = x0.90 (goal >= 0.8: met)" in format_capture(run)
-    assert "NOT met" in format_capture({**run, "capture_over_bare": 0.5})
+           "device": "cpu", "torch_threads": 2, "tokens_per_s": 90.0, "bare_tokens_per_s": 100.0, "batch_size": 32,
+           "bare_batch1_tokens_per_s": 20.0, "capture_over_bare": 1.11, "goal": 1.5, "calibrate_tokens_per_s": 80.0}
+    line = format_capture(run)
+    assert "90 tokens/s vs bare transformers 100 tokens/s (batch 1: 20); time x1.11 of bare (goal <= 1.5: met)" in line
+    assert "NOT met" in format_capture({**run, "capture_over_bare": 1.6})
 
 
 @pytest.mark.slow
 def test_calib_capture_bench_reports_both_runs():
     from bench.calib_capture import main as capture_main
 
-    for generate in ("0", "4"):
+    for generate, size in (("0", "2"), ("4", "1")):
         result = capture_main(["--samples", "2", "--seq-len", "24", "--hidden", "64", "--generate-tokens", generate,
-                               "--repeat", "1"])
+                               "--repeat", "1", "--batch-size", size])
         assert result["samples"] == 2 and result["bare_tokens"] == result["tokens"] > 0
         assert result["capture_over_bare"] == result["ratio_spread"]["median"] > 0
+        assert result["batch_size"] == int(size) and result["bare_batch1_tokens_per_s"] > 0
         assert len(result["rounds_s"]) == 1 and result["cpu_ratio_spread"]["median"] > 0
         assert (result["decode_vs_full_pass"] is None) == (generate == "0")
         if generate != "0":           # the decoding passes' states are the full pass's within float rounding
