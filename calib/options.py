@@ -10,7 +10,7 @@ from eagle3_quant.calib.taps import TapConvention
 from eagle3_quant.calib.target import DTYPE_NAMES
 
 from eagle3_quant.errors import CalibrationDataError
-from eagle3_quant.options import DEVICE_HELP, check_device, check_positive, option
+from eagle3_quant.options import check_device, check_positive, option
 
 DEFAULT_GENERATE_TOKENS = 64
 TAPS_HELP = ("How the draft config counts its aux layer ids: input (EAGLE/vLLM/speculators) or output "
@@ -50,8 +50,9 @@ class CalibrationOptions:
     dtype: str = option("auto", "Run the target and store the states in this dtype (auto: the target's dtype).")
     trust_remote_code: bool = option(False, "Allow the target's own modelling code from its repository.")
     max_memory: dict | None = option(None, "accelerate max_memory per device (GPU machines).")
-    device: str | None = option(None, "Where the target runs: " + DEVICE_HELP + " With cuda its layers fill every "
-                                      "GPU, then CPU RAM (accelerate's device_map auto); cuda:N puts it on that GPU.")
+    device: str | None = option(None, "Where the target runs: cpu; cuda (its layers fill every GPU, then CPU RAM: "
+                                      "accelerate's device_map auto; the default when there is a GPU, else the CPU); "
+                                      "or cuda:N (that GPU alone).")
     batch_size: int | None = option(None, "Prompts the transformers backend runs together (left-padded, attention "
                                           "mask, one KV cache); default: 32, fewer when the longest batch's logits "
                                           "and hidden states would take over a quarter of the free memory.")

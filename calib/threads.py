@@ -47,12 +47,14 @@ def fair_threads(cores: int, busy: int | None) -> int:
 
 
 class ThreadShare:
-    """Sets torch's thread count now and, unless fixed, again between batches as the machine's load changes."""
+    """Sets torch's thread count now and, unless fixed, again between batches as the machine's load changes; as a
+    context manager it gives the caller's count back at the end (an API caller's process keeps its own)."""
 
     def __init__(self, fixed: int | None = None) -> None:
         import torch
 
         self._torch = torch
+        self.before = torch.get_num_threads()
         self.fixed = fixed if fixed is not None else (int(os.environ["OMP_NUM_THREADS"])
                                                       if os.environ.get("OMP_NUM_THREADS", "").isdigit() else None)
         self.checked = float("-inf")
@@ -73,3 +75,9 @@ class ThreadShare:
             self._torch.set_num_threads(wanted)
         if not self.history or self.history[-1] != wanted:
             self.history.append(wanted)
+
+    def __enter__(self) -> ThreadShare:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._torch.set_num_threads(self.before)

@@ -53,21 +53,21 @@ def capture_with_transformers(spec: TargetSpec, taps: tuple[int, ...], dtype: st
 
     if not todo:
         return 0, 0, 0.0, 0, 0
-    threads = ThreadShare(opts.threads)
-    model = load_model(spec, dtype, opts.max_memory, opts.trust_remote_code, opts.device)
-    eos = tokenizer.eos_token_id
-    runner = TargetRunner(model, taps, getattr(torch, dtype), [eos] if eos is not None else None)
-    size = batch_size(model, max(len(p) for p in todo), dtype, opts.batch_size)
-    progress.say(f"batches of {size} prompts, {threads.threads} torch thread(s)"
-                 + ("" if threads.fixed else " (the cores no other process is running on, checked between batches)"))
-    tokens = generated = cut = 0
-    start = time.perf_counter()
-    with progress.task("capture", total, done) as advance:
-        for batch in aligned_batches(todo, size, done):
-            threads.update()
-            for captured in runner.capture_batch(batch, opts.generate_tokens):
-                writer.add(captured.sample)
-                n = int(captured.sample.input_ids.numel())
-                tokens, generated, cut = tokens + n, generated + captured.generated, cut + captured.cut
-                advance(1, n)
+    with ThreadShare(opts.threads) as threads:
+        model = load_model(spec, dtype, opts.max_memory, opts.trust_remote_code, opts.device)
+        eos = tokenizer.eos_token_id
+        runner = TargetRunner(model, taps, getattr(torch, dtype), [eos] if eos is not None else None)
+        size = batch_size(model, max(len(p) for p in todo), dtype, opts.batch_size)
+        progress.say(f"batches of {size} prompts, {threads.threads} torch thread(s)" + (
+            "" if threads.fixed else " (the cores no other process is running on, checked between batches)"))
+        tokens = generated = cut = 0
+        start = time.perf_counter()
+        with progress.task("capture", total, done) as advance:
+            for batch in aligned_batches(todo, size, done):
+                threads.update()
+                for captured in runner.capture_batch(batch, opts.generate_tokens):
+                    writer.add(captured.sample)
+                    n = int(captured.sample.input_ids.numel())
+                    tokens, generated, cut = tokens + n, generated + captured.generated, cut + captured.cut
+                    advance(1, n)
     return len(todo), tokens, time.perf_counter() - start, generated, cut

@@ -75,6 +75,10 @@ def test_thread_share_follows_the_load_unless_fixed(monkeypatch):
         shared.update()
         assert shared.threads == 1 and shared.history == [4, 1]
         assert share.ThreadShare(2).threads == 2                  # --threads 2: kept whatever the load
+        torch.set_num_threads(3)
+        with share.ThreadShare(1) as one:
+            assert one.threads == 1
+        assert torch.get_num_threads() == 3                       # the caller's count given back
         monkeypatch.setenv("OMP_NUM_THREADS", "3")
         assert share.ThreadShare().fixed == 3
     finally:
