@@ -97,7 +97,7 @@ def _save_cache() -> None:
     tmp = folder / f".{CACHE_FILE}.{os.getpid()}.tmp"
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps(_cache, sort_keys=True))
+        tmp.write_text(json.dumps(_cache, sort_keys=True, allow_nan=False))
         tmp.replace(folder / CACHE_FILE)
         _cache_grew = False
     except OSError:
