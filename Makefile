@@ -18,6 +18,8 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install -q "$(TORCH_SPEC)"
 	$(BIN)/pip install -q -e ".[dev]"
+	# Quark's first-run costs, paid once here (kernels into torch's extension cache, the transformers scan cached)
+	$(BIN)/python -m eagle3_quant.quantize.quark_import --warm
 	touch $(STAMP)
 
 setup-vllm: $(VLLM_STAMP)

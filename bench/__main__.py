@@ -18,10 +18,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from bench import calib_share, first_run
 from bench.auto_choice import bench_auto_choice, format_auto_choice
 from bench.contenders import (
     CONTENDERS,
-    IMPORT_CODE,
     INSPECT_IMPORTS_CODE,
     PYTHON,
     REPO,
@@ -36,6 +36,7 @@ from bench.drafts import BENCH_SHAPES, DEFAULT_CACHE, cached_draft, folder_bytes
 from bench.measure import drop_dirty_pages, median, rss_method, run_measured
 from bench.report import check_targets, format_breakdowns, format_extras, format_table
 from bench.step_bytes import format_step_bytes, step_bytes
+from eagle3_quant.records.manifest import MANIFEST_NAME
 
 DEFAULT_OUT = REPO / "bench" / "results" / "latest.json"
 CLI_REPEAT = 5
@@ -135,21 +136,11 @@ def bench_cli(largest: Path, repeat: int) -> dict[str, Any]:
                         "median_s": round(median(inspect_runs), 4), "imports": imports}}
 
 
-def bench_quark_import(repeat: int) -> dict[str, Any]:
-    runs = []
-    for _ in range(repeat):
-        measured = run_measured([PYTHON, "-c", IMPORT_CODE])
-        runs.append({"import_s": round(float(measured.stdout.strip().splitlines()[-1]), 4),
-                     "process_s": round(measured.wall_s, 4), "peak_rss_bytes": measured.peak_rss_bytes})
-    return {"runs": runs, "median_import_s": round(median([r["import_s"] for r in runs]), 4),
-            "median_process_s": round(median([r["process_s"] for r in runs]), 4)}
-
-
 def bench_throughput(shapes: list[str], cache: Path) -> dict[str, Any] | str:
     """BF16 vs FP8 forward on the Llama-3.1-8B-shaped draft (the Kimi one is too slow for CPU validation)."""
     name = next((s for s in ("llama3-8b", "tiny") if s in shapes), None)
     fp8 = fp8_folder(name, cache) if name else None
-    if fp8 is None or not (fp8 / "eagle3_quant.json").is_file():
+    if fp8 is None or not (fp8 / MANIFEST_NAME).is_file():
         return "not measured: needs the llama3-8b or tiny shape with its breakdown run (the FP8 draft it writes)"
     src = cached_draft(BENCH_SHAPES[name], cache)
     return {"shape": name, **parse_last_json(run_measured(throughput_command(src, fp8), cwd=REPO).stdout)}
@@ -158,9 +149,9 @@ def bench_throughput(shapes: list[str], cache: Path) -> dict[str, Any] | str:
 def bench_calib_capture() -> list[dict[str, Any]]:
     """`calibrate`'s capture beside a bare transformers run on the same prompts, without and with generated tokens."""
     runs = []
-    for generate in (0, 32):
+    for generate in (0, 64):
         command = [PYTHON, "-m", "bench.calib_capture", "--generate-tokens", str(generate),
-                   *(["--samples", "8"] if generate else [])]
+                   *(["--samples", "32", "--seq-len", "128"] if generate else [])]
         runs.append(parse_last_json(run_measured(command, cwd=REPO).stdout))
     return runs
 
@@ -185,11 +176,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         largest_name = [s for s in BENCH_SHAPES if s in args.shapes][-1]
         largest = cached_draft(BENCH_SHAPES[largest_name], args.cache)
         results["cli"] = bench_cli(largest, CLI_REPEAT)
-        results["quark_import"] = bench_quark_import(args.repeat or 3)
+        results["first_run"] = first_run.measure(args.repeat or 3)
         results["throughput"] = bench_throughput(args.shapes, args.cache)
         results["calib_capture"] = bench_calib_capture()
         if not args.no_engine:
             results["calib_backends"] = bench_calib_backends()
+        results["calib_share"] = calib_share.measure(32, 96, 32, 2)
         results["auto_choice"] = bench_auto_choice(args.cache)
     results["targets"] = check_targets(results)
     results["machine"]["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]

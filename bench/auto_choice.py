@@ -7,7 +7,6 @@ tests make it), built once into the cache folder. The quantize run is one measur
 
 from __future__ import annotations
 
-import json
 import shutil
 import sys
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import Any
 from bench.contenders import REPO, eagle3_quant_bin
 from bench.drafts import DEFAULT_CACHE
 from bench.measure import run_measured
+from eagle3_quant.records.manifest import Manifest
 
 PAIR = REPO / "tests" / "fixtures" / "tiny_pair"
 PROMPTS, NEW_TOKENS = 32, 48
@@ -46,11 +46,11 @@ def bench_auto_choice(cache: Path = DEFAULT_CACHE) -> dict[str, Any]:
     shutil.rmtree(out, ignore_errors=True)
     measured = run_measured([eagle3_quant_bin(), "quantize", str(PAIR / "draft"), str(out), "--scheme", "auto",
                              "--calib", str(calib), "--device", "cpu"], cwd=REPO)    # a failure raises
-    record = json.loads((out / "eagle3_quant.json").read_text())["auto_choice"]
+    record = Manifest.read(out).auto_choice
     shutil.rmtree(out, ignore_errors=True)
     return {"wall_s": round(measured.wall_s, 3), "peak_rss_bytes": measured.peak_rss_bytes,
-            "candidates": len(record["candidates"]), "chosen": record["chosen"],
-            "measure_s": round(record["seconds"], 3)}
+            "candidates": len(record.candidates), "chosen": record.chosen, "engines": record.chosen_candidate.engines,
+            "measure_s": round(record.seconds, 3)}
 
 
 def format_auto_choice(result: dict[str, Any]) -> str:

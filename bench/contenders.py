@@ -11,8 +11,7 @@ REPO = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
 
 COPY_CODE = "import shutil, sys; shutil.copytree(sys.argv[1], sys.argv[2])"
-IMPORT_CODE = ("import os, time; os.environ.setdefault('QUARK_LOG_LEVEL', 'error'); t = time.perf_counter(); "
-               "import quark.torch; print(time.perf_counter() - t)")
+IMPORT_CODE = "import time; t = time.perf_counter(); import quark.torch; print(time.perf_counter() - t)"
 INSPECT_IMPORTS_CODE = ("import sys; from eagle3_quant.cli import main\n"
                         "try:\n    main(['inspect', sys.argv[1]])\nexcept SystemExit:\n    pass\n"
                         "print({m: m in sys.modules for m in ('torch', 'quark.torch', 'transformers')})")

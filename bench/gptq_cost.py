@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from bench.measure import rss_method, run_measured
+from eagle3_quant.records.manifest import Manifest
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -49,7 +50,7 @@ def main(argv: list[str] | None = None) -> dict:
         measured = run_measured([*cli, str(out), "--device", "cpu", "--force", *extra], cwd=REPO)
         results[mode] = measured.to_dict()
         if mode == "gptq":
-            results[mode]["gptq_seconds"] = json.loads((out / "eagle3_quant.json").read_text())["gptq"]["seconds"]
+            results[mode]["gptq_seconds"] = Manifest.read(out).gptq["seconds"]
         print(mode, json.dumps(results[mode]), flush=True)
     print(json.dumps(results, indent=2))
     return results

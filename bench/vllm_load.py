@@ -15,12 +15,13 @@ from pathlib import Path
 from bench.contenders import eagle3_quant_bin
 from bench.drafts import BENCH_SHAPES, DEFAULT_CACHE, cached_draft
 from bench.measure import median, run_measured
+from eagle3_quant.records.manifest import MANIFEST_NAME
 
 
 def quantized_tiny(cache: Path) -> Path:
     src = cached_draft(BENCH_SHAPES["tiny"], cache)
     out = cache / "tiny-fp8-vllm-bench"
-    if not (out / "eagle3_quant.json").is_file():
+    if not (out / MANIFEST_NAME).is_file():
         run_measured([eagle3_quant_bin(), "quantize", str(src), str(out), "--device", "cpu", "--force"])
     return out
 

@@ -12,7 +12,8 @@ from eagle3_quant.calib.options import CalibrationOptions
 from eagle3_quant.calib.prompts import PromptSpec, sample_prompts
 from eagle3_quant.calib.result import CalibrationResult, estimate_bytes, set_bytes
 from eagle3_quant.calib.staging import ResumableOutput, check_inputs_apart, finished_set
-from eagle3_quant.calib.target import check_target, load_model, load_tokenizer, read_target
+from eagle3_quant.calib.target import check_target, load_tokenizer, read_target
+from eagle3_quant.calib.transformers_capture import capture_with_transformers
 from eagle3_quant.calib.vllm_capture import capture_with_vllm, find_vllm, with_engine
 
 from eagle3_quant.options import build_options
@@ -70,34 +71,13 @@ def calibrate_target(target: str | Path, draft: str | Path, data: str | Path, ou
             captured = capture_with_vllm(engine, out, spec, plan.indices, dtype, opts, tokenizer,
                                          prompts.prompts[resumed:], writer, progress, len(prompts.prompts), resumed)
         else:
-            captured = _capture(spec, plan.indices, dtype, opts, tokenizer, prompts.prompts[resumed:], writer,
-                                progress, len(prompts.prompts), resumed)
+            captured = capture_with_transformers(spec, plan.indices, dtype, opts, tokenizer,
+                                                 prompts.prompts[resumed:], writer, progress, len(prompts.prompts),
+                                                 resumed)
         target_output.finish(writer)
     finally:
         target_output.close()
     return _result(out, info, plan.taps, started, *captured, resumed)
-
-
-def _capture(spec, taps: tuple[int, ...], dtype: str, opts: CalibrationOptions, tokenizer, todo, writer,
-             progress: Progress, total: int, done: int):
-    import torch
-    from eagle3_quant.calib.capture import TargetRunner
-
-    if not todo:
-        return 0, 0, 0.0, 0, 0
-    model = load_model(spec, dtype, opts.max_memory, opts.trust_remote_code)
-    eos = tokenizer.eos_token_id
-    runner = TargetRunner(model, taps, getattr(torch, dtype), [eos] if eos is not None else None)
-    tokens = generated = cut = 0
-    start = time.perf_counter()
-    with progress.task("capture", total, done) as advance:
-        for prompt in todo:
-            captured = runner.capture(prompt, opts.generate_tokens)
-            writer.add(captured.sample)
-            n = int(captured.sample.input_ids.numel())
-            tokens, generated, cut = tokens + n, generated + captured.generated, cut + captured.cut
-            advance(1, n)
-    return len(todo), tokens, time.perf_counter() - start, generated, cut
 
 
 def _info(target: str, draft: str, plan: CapturePlan, hidden: int, dtype: str, spec: PromptSpec,

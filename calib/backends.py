@@ -17,6 +17,8 @@ DEFAULT_BACKEND = Backend.transformers.value
 # options of the vllm backend, and their defaults (any other value with the transformers backend is refused)
 VLLM_ONLY = {"engine_python": None, "tensor_parallel_size": 1, "pipeline_parallel_size": 1,
              "enable_expert_parallel": False, "max_model_len": None, "max_num_seqs": None, "engine_args": None}
+# options of the transformers backend: refused with the vllm backend
+TRANSFORMERS_ONLY = ("max_memory", "device", "batch_size", "threads")
 # vllm.LLM arguments calibrate sets itself: not accepted in engine_args
 RESERVED_ENGINE_ARGS = ("model", "dtype", "speculative_config", "kv_transfer_config", "trust_remote_code", "seed",
                         *(name for name in VLLM_ONLY if name not in ("engine_python", "engine_args")))
@@ -32,9 +34,11 @@ def check_backend_options(opts) -> None:
             raise CalibrationDataError("applies to the vllm backend only (the target runs in transformers)",
                                        field=given[0], hint="add --backend vllm, or drop it")
         return
-    if opts.max_memory:
-        raise CalibrationDataError("applies to the transformers backend only (vLLM places the target itself)",
-                                   field="max_memory")
+    transformers_only = [name for name in TRANSFORMERS_ONLY if getattr(opts, name)]
+    if transformers_only:
+        raise CalibrationDataError("applies to the transformers backend only (vLLM places, batches and threads the "
+                                   "target itself: --tensor-parallel-size, --max-num-seqs, --engine-args)",
+                                   field=transformers_only[0])
     for name in ("tensor_parallel_size", "pipeline_parallel_size", "max_model_len", "max_num_seqs"):
         value = getattr(opts, name)
         if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):

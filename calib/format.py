@@ -126,14 +126,35 @@ class CalibrationSet:
     def num_tokens(self) -> int:
         return sum(s["tokens"] for s in self.shards)
 
-    def samples(self) -> Iterator[CalibrationSample]:
-        """Each sample as stored; a shard that cannot be read or a non-finite state raises DraftFormatError."""
+    def _open_shards(self) -> Iterator[tuple[Path, object, dict]]:
         for shard in self.shards:
             file = shard_path(self.path, shard["file"], self.path / INDEX_NAME)
             try:
                 fh = safe_open(str(file), framework="pt")
             except Exception as exc:   # safetensors' own error types: truncated, malformed header, missing
                 raise DraftFormatError(f"cannot read this calibration shard: {_first_line(exc)}", path=file) from exc
+            yield file, fh, shard
+
+    def check_token_ids(self, vocab_size: int, reader: str) -> None:
+        """Every input and next-token id inside [0, vocab_size): the ids alone are read (the states are not).
+        `reader` says whose embedding the ids index, for the error line."""
+        for file, fh, shard in self._open_shards():
+            for i in shard["samples"]:
+                for key in (f"input_ids.{i}", f"target_next_ids.{i}"):
+                    try:
+                        ids = fh.get_tensor(key)
+                    except Exception as exc:
+                        raise DraftFormatError(f"cannot read sample {i}: {_first_line(exc)}", path=file) from exc
+                    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab_size):
+                        bad = int(ids.max()) if int(ids.max()) >= vocab_size else int(ids.min())
+                        raise DraftFormatError(
+                            f"token id {bad} is outside {reader}'s vocabulary (vocab_size {vocab_size}): this set was "
+                            "captured with another target's tokenizer", path=file, field=key,
+                            hint="calibrate again with the draft's own target")
+
+    def samples(self) -> Iterator[CalibrationSample]:
+        """Each sample as stored; a shard that cannot be read or a non-finite state raises DraftFormatError."""
+        for file, fh, shard in self._open_shards():
             for i, generated_from in zip(shard["samples"], shard["generated_from"], strict=True):
                 try:
                     sample = CalibrationSample(fh.get_tensor(f"input_ids.{i}"), fh.get_tensor(f"aux_hidden_states.{i}"),

@@ -10,7 +10,7 @@ from eagle3_quant.calib.engine_taps import DEFAULT_ENGINE, Engine
 from eagle3_quant.calib.target import DTYPE_NAMES
 
 from eagle3_quant.errors import CalibrationDataError
-from eagle3_quant.options import option
+from eagle3_quant.options import check_device, check_positive, option
 from eagle3_quant.reading.taps import TapConvention
 
 DEFAULT_GENERATE_TOKENS = 64
@@ -65,6 +65,14 @@ class CalibrationOptions:
     engine_args: dict | None = option(None, "vllm backend: more vllm.LLM keyword arguments, e.g. "
                                             "{\"gpu_memory_utilization\": 0.85}.")
     engine_timeout: float = option(6 * 3600.0, "vllm backend: seconds the engine run may take (load included).")
+    device: str | None = option(None, "Where the target runs: cpu; cuda (its layers fill every GPU, then CPU RAM: "
+                                      "accelerate's device_map auto; the default when there is a GPU, else the CPU); "
+                                      "or cuda:N (that GPU alone).")
+    batch_size: int | None = option(None, "Prompts the transformers backend runs together (left-padded, attention "
+                                          "mask, one KV cache); default: 32, fewer when the longest batch's logits "
+                                          "and hidden states would take over a quarter of the free memory.")
+    threads: int | None = option(None, "torch CPU threads; default: the cores no other process is running on, "
+                                       "checked again between batches (OMP_NUM_THREADS, when set, is kept).")
     force: bool = option(False, "Replace OUT, or an interrupted run made with other options.", pipeline=False)
     revision: str | None = option(None, "Hub revision of the draft.", pipeline=False)
     shard_samples: int = option(64, "Samples per shard file at most.", pipeline=False)
@@ -80,6 +88,9 @@ class CalibrationOptions:
             if getattr(self, name) < 0:
                 raise CalibrationDataError(f"must not be negative, got {getattr(self, name)}", field=name)
         object.__setattr__(self, "aux_layer_ids", _check_taps(self.tap_convention, self.aux_layer_ids, self.engine))
+        check_device(self.device)
+        check_positive(self.batch_size, "batch_size")
+        check_positive(self.threads, "threads")
         if self.dtype not in ("auto", *DTYPE_NAMES):
             raise CalibrationDataError(f"{self.dtype!r} is not one of auto, {', '.join(DTYPE_NAMES)}", field="dtype")
         check_backend_options(self)

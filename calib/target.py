@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from eagle3_quant.errors import SourceNotFoundError, TargetMismatchError
+from eagle3_quant.errors import CalibrationDataError, SourceNotFoundError, TargetMismatchError
 from eagle3_quant.reading.config import DraftConfig
 from eagle3_quant.reading.repo_ids import repo_id_problem
 
@@ -70,14 +70,20 @@ def load_tokenizer(spec: TargetSpec, trust_remote_code: bool = False):
         raise SourceNotFoundError(f"cannot load the target's tokenizer ({exc})", path=spec.name) from exc
 
 
-def load_model(spec: TargetSpec, dtype: str, max_memory: dict | None = None, trust_remote_code: bool = False):
-    """On a GPU machine accelerate's device_map="auto" spreads the layers over every GPU, then CPU RAM;
-    on CPU the model loads normally."""
+def load_model(spec: TargetSpec, dtype: str, max_memory: dict | None = None, trust_remote_code: bool = False,
+               device: str | None = None):
+    """`device` None or "cuda": on a GPU machine accelerate's device_map="auto" spreads the layers over every GPU,
+    then CPU RAM; "cuda:N": that GPU alone; "cpu" (or no GPU): the model loads normally on the CPU."""
     import torch
     from transformers import AutoModelForCausalLM
 
+    if device is not None and device != "cpu" and not torch.cuda.is_available():
+        raise CalibrationDataError(f"--device {device}: this machine has no GPU torch can use", field="device",
+                                   hint="use --device cpu, or leave it out")
     kwargs = {"dtype": getattr(torch, dtype), "trust_remote_code": trust_remote_code}
-    if torch.cuda.is_available():
+    if device is not None and device.startswith("cuda:"):
+        kwargs["device_map"] = {"": int(device.split(":")[1])}
+    elif device != "cpu" and torch.cuda.is_available():
         kwargs["device_map"] = "auto"
         if max_memory:
             kwargs["max_memory"] = max_memory

@@ -51,6 +51,7 @@ class DraftInspection:
     estimated_output_bytes: int
     engines: dict[str, str | None]  # engine -> None when it serves the draft, else the one-line reason it refuses
     taps: dict                      # per engine the target layers fed, the trained ones, the candidates (aux_taps)
+    artifact_engines: dict          # what `quantize --engine auto` would write it for: requested, serves, left_out
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -120,6 +121,7 @@ def inspect_draft(src: str | Path, scheme: str = DEFAULT_SCHEME, exclude: Sequen
             mx_bits=plan.scheme.weight.element_bits if plan.scheme.mx else None),
         engines=_engines(draft),
         taps=taps_summary(cfg, layers),
+        artifact_engines=plan.engines.to_dict(),
     )
 
 

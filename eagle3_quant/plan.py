@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from eagle3_quant.engines.choice import EngineChoice, choose_engines
 from eagle3_quant.errors import SchemeError
 from eagle3_quant.reading.draft import DraftCheckpoint
 from eagle3_quant.reading.families import DraftFamily
 from eagle3_quant.reading.layout import Part, fused_groups
-from eagle3_quant.schemes import Scheme
+from eagle3_quant.schemes import AUTO_ENGINE, Scheme
 
 DEFAULT_EXCLUDE_REASONS = {
     "fc": "default: fuses the aux hidden states; SGLang cannot load it FP8",
@@ -37,6 +38,7 @@ class LayerDecision:
 class QuantPlan:
     scheme: Scheme
     decisions: tuple[LayerDecision, ...]
+    engines: EngineChoice | None = None      # the engines the artifact is for, and why another is left out
 
     @property
     def quantized(self) -> tuple[LayerDecision, ...]:
@@ -76,9 +78,11 @@ def resolve_exclude_names(draft: DraftCheckpoint, names: Sequence[str]) -> dict[
 
 
 def make_plan(draft: DraftCheckpoint, scheme: Scheme, exclude: Sequence[str] | None = None,
-              quantize_fc: bool = False, auto_excluded: Mapping[str, str] | None = None) -> QuantPlan:
+              quantize_fc: bool = False, auto_excluded: Mapping[str, str] | None = None,
+              engine: str = AUTO_ENGINE) -> QuantPlan:
     """Default exclusions are fc and lm_head; `exclude` adds to them; `quantize_fc` drops fc;
-    `auto_excluded` (role -> reason, from measured sensitivity) keeps more linears BF16."""
+    `auto_excluded` (role -> reason, from measured sensitivity) keeps more linears BF16; `engine` (--engine) gives
+    the engines the artifact is for (`engines/choice.py`: recorded, never refused here)."""
     user = resolve_exclude_names(draft, exclude or ())
     if quantize_fc and "fc" in user:
         raise SchemeError("--quantize-fc contradicts --exclude fc", field="exclude")
@@ -96,7 +100,7 @@ def make_plan(draft: DraftCheckpoint, scheme: Scheme, exclude: Sequence[str] | N
         else:
             keep, reason = True, scheme.name
         decisions.append(LayerDecision(lin.role, lin.module, lin.out_features, lin.in_features, keep, reason))
-    plan = QuantPlan(scheme, tuple(decisions))
+    plan = QuantPlan(scheme, tuple(decisions), choose_engines(engine, draft.config, draft.format, scheme, quantize_fc))
     _check_fused_groups(plan, fused_groups(draft.config))
     _check_group_widths(plan)
     return plan

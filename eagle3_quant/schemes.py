@@ -148,12 +148,13 @@ def get_scheme(name: str) -> Scheme:
 
 
 ENGINES = ("vllm", "sglang")
-SERVING_CHOICES = ("both", *ENGINES)      # what --engine accepts: both, or one engine
+AUTO_ENGINE = "auto"                      # the engines that can serve the draft and scheme (engines/choice.py)
+SERVING_CHOICES = (AUTO_ENGINE, "both", *ENGINES)      # what --engine accepts
 
 
 def serving_engines(choice: str) -> tuple[str, ...]:
-    """The engines an --engine choice names: both means vLLM and SGLang."""
-    return ENGINES if choice == "both" else (choice,)
+    """The engines an --engine choice names: both means vLLM and SGLang; auto, any of them."""
+    return ENGINES if choice in ("both", AUTO_ENGINE) else (choice,)
 
 
 def check_engines(scheme: Scheme, engines: tuple[str, ...]) -> None:
@@ -164,4 +165,5 @@ def check_engines(scheme: Scheme, engines: tuple[str, ...]) -> None:
         why = scheme.why_not(engine)
         if why:
             raise SchemeError(f"scheme {scheme.name} cannot be served by {engine}: {why} (--engine names the engines "
-                              "the artifact must load in; default both)", field="engine")
+                              f"the artifact must load in; the default, {AUTO_ENGINE}, takes those that can)",
+                              field="engine")

@@ -18,11 +18,12 @@ from eagle3_quant.export.card_engine import engine_rows
 from eagle3_quant.export.card_estimate import estimate_rows, vocab_text
 from eagle3_quant.export.card_taps import taps_section
 
+from eagle3_quant.engines.draft_support import ENGINE_NAMES
 from eagle3_quant.errors import PublishError
 from eagle3_quant.reading.source_card import repo_id_from_cache_path, source_card_info
 from eagle3_quant.records.evidence import manifest_digests
 from eagle3_quant.records.manifest import LayerRecord, Manifest, SourceRecord
-from eagle3_quant.records.public_names import public_name
+from eagle3_quant.records.public_names import public_argv, public_name
 from eagle3_quant.records.validation_report import ValidationSummary, read_validation
 from eagle3_quant.schemes import SCHEMES
 
@@ -96,8 +97,19 @@ def _headline(validation: ValidationSummary) -> str:
             f"{validation.problem}.")
 
 
+def _engines_text(manifest: Manifest) -> str:
+    """The engines the artifact is for and why another is left out (manifests before --engine auto: unknown)."""
+    engines = manifest.engines
+    if engines is None:
+        return "not recorded"
+    served = ", ".join(ENGINE_NAMES.get(e, e) for e in engines.serves) or "none"
+    left = "; ".join(f"{ENGINE_NAMES.get(e, e)} left out: {why}" for e, why in engines.left_out.items())
+    return f"{served} (`--engine {engines.requested}`)" + (f"; {left}" if left else "")
+
+
 def _reproduce(source: SourceRecord, scheme: str, layers: list[LayerRecord], repo_id: str,
-               pruned_to: int | None = None, gptq: bool = False, serve_taps=None) -> list[str]:
+               pruned_to: int | None = None, gptq: bool = False, serve_taps=None,
+               engine: str | None = None) -> list[str]:
     src = source.repo_id or public_name(source.path) or "SRC"
     revision = f" --revision {source.commit}" if source.repo_id and source.commit else ""
     flags = [f" --exclude {d.module}" for d in layers if not d.quantized and d.role not in DEFAULT_ROLES_KEPT]
@@ -112,6 +124,8 @@ def _reproduce(source: SourceRecord, scheme: str, layers: list[LayerRecord], rep
         flags.append(" --serve-taps as-is")
     elif serve_taps is not None and serve_taps.decided_by == "measurement" and not (calib or pruned_to or gptq):
         flags.append(" --calib CAL")        # the layers were chosen by measuring the candidates on it
+    if engine and engine != "auto":
+        flags.append(f" --engine {engine}")
     return [f"eagle3-quant quantize {src} OUT --scheme {scheme}{revision}{calib}{''.join(flags)}",
             f"eagle3-quant validate OUT --reference {src}{calib or (' --calib CAL' if pruned_to else '')}",
             f"eagle3-quant push OUT --repo-id {repo_id}"]
@@ -137,8 +151,8 @@ def _sglang_check(validation: ValidationSummary):
 
 
 def _recorded_command(argv: list[str] | None) -> str:
-    """The quantize command as typed, when it was the CLI (an API call records the host program instead)."""
-    return " ".join(argv) if argv and argv[0].startswith("eagle3-quant") else ""
+    """The recorded quantize command (verb, flags, public names; older manifests' local paths reduced to names)."""
+    return " ".join(public_argv(argv)) if argv and argv[0].startswith("eagle3-quant") else ""
 
 
 def build_card(out: str | Path, repo_id: str | None = None, *, target: str | None = None,
@@ -188,10 +202,13 @@ def build_card(out: str | Path, repo_id: str | None = None, *, target: str | Non
         vocab_text=vocab_text(manifest.vocab_pruning),
         auto=auto_section(manifest.auto_choice), taps=taps_section(manifest.serve_taps, validation),
         checks=validation.checks, pipeline=pipeline, sglang=_sglang_check(validation),
+        engines_text=_engines_text(manifest),
+        sglang_left_out=(manifest.engines.left_out.get("sglang") if manifest.engines is not None else None),
         vllm_taps_notes=[n for n in validation.taps_notes if n.startswith("vllm ")],
         sglang_taps_notes=[n for n in validation.taps_notes if n.startswith("sglang ")],
         reproduce=_reproduce(source, scheme.name, layers, repo_id, (manifest.vocab_pruning or {}).get("draft_vocab"),
-                             manifest.gptq is not None, manifest.serve_taps),
+                             manifest.gptq is not None, manifest.serve_taps,
+                             manifest.engines.requested if manifest.engines else None),
         recorded_command=_recorded_command(manifest.command), device=manifest.device,
         outputs=manifest.outputs, inputs=manifest.inputs, calibration_text=_calibration_text(manifest),
     )

@@ -10,8 +10,7 @@ from eagle3_quant.export.card import CARD_NAME
 
 from eagle3_quant.errors import PublishError
 from eagle3_quant.records.evidence import BENCH_NAME
-from eagle3_quant.records.manifest import MANIFEST_NAME, Manifest
-from eagle3_quant.records.manifest_check import output_path
+from eagle3_quant.records.manifest import MANIFEST_NAME, Manifest, output_path
 from eagle3_quant.records.validation_report import REPORT_NAME
 from eagle3_quant.speedup import ESTIMATE_NAME
 from eagle3_quant.util.hashing import CHUNK, sha256_file

@@ -17,7 +17,7 @@ from eagle3_quant.quantize.side_files import copy_side_files
 from eagle3_quant.quantize.source_guard import check_source_unchanged, identities
 from eagle3_quant.quantize.verify_export import verify_export
 
-from eagle3_quant.engines.draft_support import check_draft_engines
+from eagle3_quant.engines.choice import check_choice, choose_engines
 from eagle3_quant.engines.loader_compat import LoaderCheck, check_loader_compat, loader_family
 from eagle3_quant.errors import LoaderCompatError, SchemeError
 from eagle3_quant.inspection import estimate_output_bytes
@@ -30,6 +30,7 @@ from eagle3_quant.reading.source_card import repo_id_from_cache_path, source_car
 from eagle3_quant.records.auto_choice import AutoChoiceRecord
 from eagle3_quant.records.manifest import (
     MANIFEST_NAME,
+    EnginesRecord,
     ExcludeRecord,
     LayerRecord,
     Manifest,
@@ -37,8 +38,8 @@ from eagle3_quant.records.manifest import (
     SourceRecord,
     write_manifest,
 )
-from eagle3_quant.records.public_names import public_name, write_local_record
-from eagle3_quant.schemes import get_scheme, serving_engines
+from eagle3_quant.records.public_names import public_command, public_name, write_local_record
+from eagle3_quant.schemes import get_scheme
 from eagle3_quant.util.hashing import FileDigest, digest_folder
 from eagle3_quant.util.outdir import check_output_target, claimed_output, staged_output
 from eagle3_quant.util.stage_timer import StageTimer
@@ -90,22 +91,23 @@ def quantize_draft(src: str | Path, out: str | Path, options: QuantizeOptions | 
     `calib`), as-is keeps them.
     """
     opts = build_options(QuantizeOptions, options, overrides)
+    command = public_command("quantize", (src, out), opts)     # what the manifest records: no local path
     with claimed_output(Path(out), opts.force, Path(src)):   # one writer per OUT, from the first check to the rename
         if opts.scheme == AUTO_SCHEME:
-            return _quantize_auto(src, out, opts)
+            return _quantize_auto(src, out, opts, command)
         if opts.quantize_lm_head or opts.draft_vocab is not None:
-            return _quantize_pruned(src, out, opts)
+            return _quantize_pruned(src, out, opts, command)
         if opts.smooth_alpha is not None:
-            return _quantize_smoothed(src, out, opts)
+            return _quantize_smoothed(src, out, opts, command)
         if opts.allow_pickle:
             source = resolve_source(src, opts.revision, include_pickle=True)
             if pickle_only(source.path):
                 with pickle_converted(source.path, Path(out), opts.force) as converted:
-                    return _quantize(converted, out, replace(opts, revision=None), origin=source)
-        return _quantize(src, out, opts)
+                    return _quantize(converted, out, replace(opts, revision=None), command, origin=source)
+        return _quantize(src, out, opts, command)
 
 
-def _quantize_auto(src: str | Path, out: str | Path, opts: QuantizeOptions) -> QuantizeResult:
+def _quantize_auto(src: str | Path, out: str | Path, opts: QuantizeOptions, command: list[str]) -> QuantizeResult:
     """--scheme auto: every check before any work, the ladder measured in memory, then only the chosen candidate
     written through the normal path (``quantize/auto.py``)."""
     from eagle3_quant.calib.format import load_calibration
@@ -129,15 +131,19 @@ def _quantize_auto(src: str | Path, out: str | Path, opts: QuantizeOptions) -> Q
                               opts.engine, opts.min_acceptance_ratio, pick_device(opts.device))
     picked = replace(opts, scheme=chosen.scheme, quantize_fc=chosen.quantize_fc, draft_vocab=chosen.draft_vocab)
     if chosen.draft_vocab is not None:
-        return _quantize_pruned(src, out, picked, auto_choice=record, taps=taps)
-    return _quantize(src, out, picked, auto_choice=record, taps=taps)
+        return _quantize_pruned(src, out, picked, command, auto_choice=record, taps=taps)
+    return _quantize(src, out, picked, command, auto_choice=record, taps=taps)
 
 
 def _serve_taps(draft, opts: QuantizeOptions) -> TapsDecision:
-    return decide_serve_taps(draft, opts.serve_taps, opts.calib, serving_engines(opts.engine), pick_device(opts.device))
+    """The layers the artifact is served with, written for the engines it is for (`--engine auto`: those that
+    serve this draft's format and scheme)."""
+    scheme = None if opts.scheme == AUTO_SCHEME else get_scheme(opts.scheme)
+    engines = choose_engines(opts.engine, draft.config, draft.format, scheme, opts.quantize_fc).engines
+    return decide_serve_taps(draft, opts.serve_taps, opts.calib, engines, pick_device(opts.device))
 
 
-def _quantize_pruned(src: str | Path, out: str | Path, opts: QuantizeOptions,
+def _quantize_pruned(src: str | Path, out: str | Path, opts: QuantizeOptions, command: list[str],
                      auto_choice: AutoChoiceRecord | None = None, taps: TapsDecision | None = None) -> QuantizeResult:
     """--draft-vocab (and the --quantize-lm-head refusal): argument errors first, then the pruning pre-pass."""
     from eagle3_quant.quantize.vocab_prune import vocab_pruned
@@ -153,11 +159,11 @@ def _quantize_pruned(src: str | Path, out: str | Path, opts: QuantizeOptions,
     out = check_output_target(Path(out), draft.path, opts.force)
     taps = taps or _serve_taps(draft, opts)
     with vocab_pruned(draft, opts.calib, opts.draft_vocab, out) as (folder, record):
-        return _quantize(folder, out, replace(opts, revision=None), origin=draft.source,
+        return _quantize(folder, out, replace(opts, revision=None), command, origin=draft.source,
                          vocab_pruning=record.to_dict(), auto_choice=auto_choice, taps=taps)
 
 
-def _quantize_smoothed(src: str | Path, out: str | Path, opts: QuantizeOptions) -> QuantizeResult:
+def _quantize_smoothed(src: str | Path, out: str | Path, opts: QuantizeOptions, command: list[str]) -> QuantizeResult:
     """--smooth-alpha: the smoothed BF16 draft (``quantize/smooth.py``) goes through the normal path."""
     from eagle3_quant.quantize.calibration import CALIBRATION_STEPS
     from eagle3_quant.quantize.smooth import smoothed
@@ -168,14 +174,17 @@ def _quantize_smoothed(src: str | Path, out: str | Path, opts: QuantizeOptions) 
     taps = _serve_taps(draft, opts)
     with smoothed(draft, opts.calib, opts.smooth_alpha, roles, out, CALIBRATION_STEPS, taps.indices) as (folder,
                                                                                                       record):
-        return _quantize(folder, out, replace(opts, revision=None), origin=draft.source,
+        return _quantize(folder, out, replace(opts, revision=None), command, origin=draft.source,
                          smoothing=record.to_dict(), taps=taps)
 
 
 def _read_served(src: str | Path, opts: QuantizeOptions):
-    """The draft, refused in one line when an engine --engine names cannot serve its format."""
+    """The draft, refused in one line when no engine can serve it as asked (--engine auto), or when an engine
+    --engine names cannot (its format, the scheme, an FP8 fc; engines/choice.py)."""
     draft = read_draft(src, opts.revision)
-    check_draft_engines(draft.config, draft.format, serving_engines(opts.engine), draft.path / "config.json")
+    scheme = None if opts.scheme == AUTO_SCHEME else get_scheme(opts.scheme)
+    choice = choose_engines(opts.engine, draft.config, draft.format, scheme, opts.quantize_fc)
+    check_choice(choice, draft.config, draft.format, scheme, opts.quantize_fc, draft.path / "config.json")
     return draft
 
 
@@ -186,7 +195,8 @@ def _check_resources(draft, out: Path, plan: QuantPlan, in_memory: bool) -> None
     check_resources(draft, out, output_bytes, {m + ".weight" for m in quantized}, per_shard=not in_memory)
 
 
-def _quantize(src: str | Path, out: str | Path, opts: QuantizeOptions, origin: DraftSource | None = None,
+def _quantize(src: str | Path, out: str | Path, opts: QuantizeOptions, command: list[str],
+              origin: DraftSource | None = None,
               vocab_pruning: dict | None = None, auto_choice: AutoChoiceRecord | None = None,
               smoothing: dict | None = None, taps: TapsDecision | None = None) -> QuantizeResult:
     started = time.perf_counter()
@@ -197,7 +207,7 @@ def _quantize(src: str | Path, out: str | Path, opts: QuantizeOptions, origin: D
         draft = _read_served(src, opts)
         scanned_identities = identities((origin or draft.source).path, draft)   # before any tensor is read
         out = check_output_target(Path(out), draft.path, opts.force)
-        plan = make_plan(draft, chosen, exclude, quantize_fc)
+        plan = make_plan(draft, chosen, exclude, quantize_fc, engine=opts.engine)
         in_memory = chosen.needs_calibration or opts.gptq or auto_exclude is not None   # the whole draft at once
         _check_resources(draft, out, plan, in_memory)
         check_vocab_map(draft)
@@ -219,7 +229,7 @@ def _quantize(src: str | Path, out: str | Path, opts: QuantizeOptions, origin: D
     if auto_exclude is not None:
         with timer.stage("auto-exclude sensitivity"):
             sensitivity, reasons = _auto_exclude(draft, chosen.name, plan, calib, auto_exclude, device, taps.indices)
-        plan = make_plan(draft, chosen, exclude, quantize_fc, reasons)
+        plan = make_plan(draft, chosen, exclude, quantize_fc, reasons, engine=opts.engine)
         if not plan.quantized:
             raise SchemeError(f"--auto-exclude {auto_exclude} keeps every linear BF16: nothing left to quantize",
                               field="auto_exclude")
@@ -257,7 +267,7 @@ def _quantize(src: str | Path, out: str | Path, opts: QuantizeOptions, origin: D
         with timer.stage("manifest"):
             body = _manifest(draft, source, origin, plan, config, device, calibration, sensitivity, vocab_pruning,
                              inputs, smoothing)
-            body = replace(body, auto_choice=auto_choice, gptq=gptq, serve_taps=taps.record)
+            body = replace(body, auto_choice=auto_choice, gptq=gptq, command=command, serve_taps=taps.record)
             manifest = write_manifest(staging, body, verified.files)
             write_local_record(staging, source.path)   # hidden, never published: validate's default reference
     return QuantizeResult(out, manifest, plan, loader, time.perf_counter() - started, timer.seconds)
@@ -280,4 +290,5 @@ def _manifest(draft, source: DraftSource, origin: DraftSource | None, plan: Quan
         layers=[LayerRecord(d.role, d.module, [d.out_features, d.in_features], d.quantize, d.reason)
                 for d in plan.decisions],
         inputs=list(inputs), outputs=[], device=device, calibration=calibration, sensitivity=sensitivity,
-        vocab_pruning=vocab_pruning, smoothing=smoothing)
+        vocab_pruning=vocab_pruning, smoothing=smoothing,
+        engines=EnginesRecord(**plan.engines.to_dict()) if plan.engines is not None else None)

@@ -162,7 +162,7 @@ def auto_record(ladder: Ladder, measured: list[Measured], chosen: Measured, gate
             step_bytes=c.step_bytes, step_bytes_over_bf16=c.step_bytes / ladder.bf16_step_bytes,
             acceptance_ratio=r.ratio if r is not None else None,
             interval=[r.low, r.high] if r is not None else None, coverage=m.coverage, keeps_gate=m.keeps(gate),
-            chosen=m is chosen))
+            chosen=m is chosen, engines=list(c.engines)))
     return AutoChoiceRecord(
         min_acceptance_ratio=gate, gate=GATE_RULE, engine=engine, k=AUTO_K, calibration=public_name(calib_path),
         prediction=serving_numerics(draft_dtype).record(),

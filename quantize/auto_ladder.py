@@ -1,12 +1,14 @@
 """The candidates of `quantize --scheme auto`, cheapest draft step first.
 
 A candidate is a scheme of the registry (``eagle3_quant/schemes.py``), a draft vocabulary (unchanged, or pruned
-to 1/2, 1/3, 1/4 of it where the calibration set ranks that many tokens) and fc's precision (FP8 only when
-every engine asked for loads it: vLLM does, SGLang does not). ``lm_head`` stays BF16: no engine loads a
-quantized Eagle3 lm_head (``eagle3_quant/lm_head_support.py``). Step bytes come from ``eagle3_quant/cost.py``
-on the draft's headers and the plan ``quantize`` would write. A scheme joins the ladder by registering, once
-the cost projection and the simulation know its number format (FP8 E4M3 and MXFP4); one they do not know, or
-one an engine asked for cannot load (``Scheme.why_not``), is listed in ``skipped`` with the reason.
+to 1/2, 1/3, 1/4 of it where the calibration set ranks that many tokens) and fc's precision (FP8 only where an
+engine that serves it loads it: vLLM does, SGLang does not). Which engines may serve a candidate is
+``--engine``'s choice (``eagle3_quant/engines/choice.py``): named engines must all load it; with ``auto`` (the
+default) one engine that serves the draft's format suffices, and the written candidate's engines are recorded.
+``lm_head`` stays BF16: no engine loads a quantized Eagle3 lm_head (``eagle3_quant/lm_head_support.py``). Step
+bytes come from ``eagle3_quant/cost.py`` on the draft's headers and the plan ``quantize`` would write. A scheme
+joins the ladder by registering, once the cost projection and the simulation know its number format (FP8 E4M3
+and MXFP4); one they do not know, or one no engine asked for can serve, is listed in ``skipped`` with the reason.
 """
 
 from __future__ import annotations
@@ -21,13 +23,13 @@ from eagle3_quant.cost import (
     quantize_modules,
     step_cost,
 )
-from eagle3_quant.errors import SchemeError
+from eagle3_quant.engines.choice import check_choice, choose_engines
+from eagle3_quant.errors import SchemeError, UnsupportedSourceError
 from eagle3_quant.plan import make_plan
 from eagle3_quant.reading.draft import DraftCheckpoint
-from eagle3_quant.schemes import SCHEMES, Scheme, serving_engines
+from eagle3_quant.schemes import SCHEMES, Scheme
 
 VOCAB_FRACTIONS = (2, 3, 4)             # pruned vocabularies of 1/2, 1/3, 1/4 of the current one
-FC_FP8_ENGINES = frozenset({"vllm"})    # SGLang's Eagle3 loader keeps fc a plain nn.Linear (docs/commands.md)
 SIMULATED_DTYPES = frozenset({"fp8_e4m3", "fp4", "fp6_e2m3", "fp6_e3m2"})   # schemes.ELEMENT_DTYPES
 
 
@@ -37,6 +39,7 @@ class Candidate:
     draft_vocab: int | None     # None: the draft's vocabulary unchanged
     quantize_fc: bool
     step_bytes: int
+    engines: tuple[str, ...] = ()   # the engines its artifact would be for (--engine's choice)
 
     @property
     def name(self) -> str:
@@ -60,8 +63,15 @@ def simulated(scheme: Scheme) -> bool:
     return scheme.weight.dtype in SIMULATED_DTYPES and scheme.input.dtype in SIMULATED_DTYPES
 
 
-def fc_choices(engine: str) -> tuple[bool, ...]:
-    return (False, True) if engine in FC_FP8_ENGINES else (False,)
+def unserved(draft: DraftCheckpoint, engine: str, scheme: Scheme, quantize_fc: bool) -> str | None:
+    """Why --engine ENGINE leaves this scheme and fc precision out (None: an engine asked for serves it)."""
+    cfg, fmt = draft.config, draft.format
+    choice = choose_engines(engine, cfg, fmt, scheme, quantize_fc)
+    try:
+        check_choice(choice, cfg, fmt, scheme, quantize_fc, draft.path / "config.json")
+    except (SchemeError, UnsupportedSourceError) as exc:
+        return f"--engine {engine}: {exc.message}"
+    return None
 
 
 def vocab_sizes(current: int, ranked: int) -> tuple[list[int], list[str]]:
@@ -88,23 +98,28 @@ def build_ladder(draft: DraftCheckpoint, exclude: Sequence[str], engine: str, si
     tensors = header_tensors(draft)
     skipped = []
     candidates = []
+    fc_left_out = None
     for scheme in schemes if schemes is not None else SCHEMES.values():
         if not simulated(scheme):
             skipped.append(f"{scheme.name}: the simulation knows FP8 E4M3 and MXFP4 (E2M1) only, not "
                            f"{scheme.weight.dtype}")
             continue
-        why_not = [f"{e}: {scheme.why_not(e)}" for e in serving_engines(engine) if scheme.why_not(e)]
+        why_not = unserved(draft, engine, scheme, False)
         if why_not:
-            skipped.append(f"{scheme.name}: --engine {engine} includes {why_not[0]}")
+            skipped.append(f"{scheme.name}: {why_not}")
             continue
         try:
             make_plan(draft, scheme, exclude, False)
         except SchemeError as exc:          # e.g. an MX scheme on a width that is not a multiple of 32
             skipped.append(f"{scheme.name}: {exc.message}")
             continue
-        for fc in fc_choices(engine):
+        for fc in (False, True):
+            left_out = unserved(draft, engine, scheme, True) if fc else None
+            if left_out:
+                fc_left_out = left_out
+                continue
             try:
-                plan = make_plan(draft, scheme, exclude, fc)
+                plan = make_plan(draft, scheme, exclude, fc, engine=engine)
             except SchemeError as exc:          # --exclude fc with --engine vllm
                 skipped.append(f"{scheme.name} + fc FP8: {exc.message}")
                 continue
@@ -112,10 +127,11 @@ def build_ladder(draft: DraftCheckpoint, exclude: Sequence[str], engine: str, si
                                        per_channel=scheme.weight.granularity == "per_channel",
                                        static_input=not scheme.input.dynamic,
                                        mx_bits=scheme.weight.element_bits if scheme.mx else None)
+            engines = plan.engines.engines
             for n in (None, *sizes):
                 projected = prune_vocab(written, n) if n is not None else written
-                candidates.append(Candidate(scheme.name, n, fc, step_cost(projected, "").total_bytes))
-    if engine not in FC_FP8_ENGINES:
-        skipped.append(f"fc FP8: --engine {engine} includes SGLang, whose Eagle3 loader drops fc's FP8 scale")
+                candidates.append(Candidate(scheme.name, n, fc, step_cost(projected, "").total_bytes, engines))
+    if fc_left_out:
+        skipped.append(f"fc FP8: {fc_left_out}")
     candidates.sort(key=lambda c: (c.step_bytes, c.name))
     return Ladder(step_cost(as_bf16(tensors), "bf16").total_bytes, tuple(candidates), tuple(skipped))

@@ -33,6 +33,7 @@ def check_calibration_size(draft: DraftCheckpoint, calib: CalibrationSet) -> Non
                                path=calib.path, field="info.target_hidden_size")
     if calib.num_samples == 0:
         raise DraftFormatError("the calibration set holds no samples", path=calib.path)
+    calib.check_token_ids(draft.config.vocab_size, "the draft's target")   # the embedding rows the ids index
 
 
 def calibration_embedding(draft: DraftCheckpoint, calib: CalibrationSet) -> torch.Tensor | None:

@@ -5,10 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from eagle3_quant.engines.choice import check_named_engines
 from eagle3_quant.errors import OptionsError, SchemeError
 from eagle3_quant.options import DEVICE_HELP, check_device, check_fraction, check_positive, option
 from eagle3_quant.records.serve_taps import SERVE_TAPS
-from eagle3_quant.schemes import DEFAULT_SCHEME, SERVING_CHOICES, check_engines, get_scheme, serving_engines
+from eagle3_quant.schemes import AUTO_ENGINE, DEFAULT_SCHEME, SERVING_CHOICES, get_scheme
 
 AUTO_SCHEME = "auto"             # --scheme auto: the cheapest candidate that keeps the acceptance gate
 ENGINES = SERVING_CHOICES
@@ -48,10 +49,12 @@ class QuantizeOptions:
     min_acceptance_ratio: float = option(
         0.99, "--scheme auto: the gate, acceptance length candidate / BF16 draft on --calib (point ratio, in (0, 1]; "
               "its 95% interval is recorded beside it).")
-    engine: str = option("both", "The serving engines the artifact must load in (both, vllm, sglang): a scheme "
-                                 "one of them cannot load, or a draft format one of them cannot serve (e.g. a "
-                                 "Qwen3-class draft in SGLang), is refused before any work; with --scheme auto, "
-                                 "vllm alone also tries fc in FP8 (SGLang drops fc's FP8 scale).")
+    engine: str = option(AUTO_ENGINE, "The serving engines the artifact is for: auto (default) takes every engine "
+                                      "whose code serves this draft's format, the scheme and fc's precision, and "
+                                      "refuses only when none does; both, vllm or sglang name them, and one that "
+                                      "cannot serve the artifact is refused before any work. The manifest and the "
+                                      "card say which engines it is for and why another is left out; with --scheme "
+                                      "auto, fc in FP8 is tried when vLLM is among them.")
     serve_taps: str = option(
         "trained", "Which target layers the artifact is served with. trained: the ones the draft was trained on "
                    "(the config's convention, or measured on --calib, which holds every candidate): the ids are "
@@ -78,7 +81,7 @@ class QuantizeOptions:
             self._check_auto()
             return
         chosen = get_scheme(self.scheme)
-        check_engines(chosen, serving_engines(self.engine))
+        check_named_engines(self.engine, chosen, self.quantize_fc)   # auto: decided once the draft is read
         check_fraction(self.auto_exclude, "auto_exclude")
         if chosen.needs_calibration and self.calib is None:
             raise SchemeError(f"scheme {chosen.name!r} has static input scales and needs calibration data "

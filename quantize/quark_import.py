@@ -1,4 +1,10 @@
-"""The single place quark.torch is imported (~10 s, ~20 s bare): only when a quantization actually runs."""
+"""The single place quark.torch is imported: only when a quantization actually runs, its C++ kernels built on first
+use (`quark_kernels.py`) and transformers' modeling files scanned once per machine (`lean_expert_scan.py`).
+
+``python -m eagle3_quant.quantize.quark_import --warm`` (run by `make setup`) pays both first-run costs up front:
+it imports Quark (filling the scan cache) and builds the kernels into torch's extension cache, and prints the
+seconds each took.
+"""
 
 from __future__ import annotations
 
@@ -12,12 +18,21 @@ from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from eagle3_quant.quantize.lean_expert_scan import lean_expert_scan
+from eagle3_quant.quantize.quark_kernels import build_kernels, defer_kernel_build
 
 
 def import_quark(verbose: bool = False):
-    """Import quark.torch, quiet unless `verbose` (Quark reads QUARK_LOG_LEVEL once, at import)."""
-    if "quark.torch" not in sys.modules and not verbose:
-        os.environ.setdefault("QUARK_LOG_LEVEL", "error")
+    """Import quark.torch, quiet unless `verbose`.
+
+    Quiet is Quark's shared screen-log level set to ERROR before its loggers exist, not ``QUARK_LOG_LEVEL=error``:
+    with that variable Quark 0.13 resets every earlier screen logger's level as each new one is made (101 of them),
+    and each reset clears the cache of every logger in the process, ~5,000 resets costing ~5 s of the import
+    (`ScreenLogger.set_shared_level`, quark/common/utils/log.py). A QUARK_LOG_LEVEL the user set is kept."""
+    if "quark.torch" not in sys.modules and not verbose and "QUARK_LOG_LEVEL" not in os.environ:
+        from quark.common.utils.log import ScreenLogger
+
+        ScreenLogger._shared_level = logging.ERROR     # each new screen logger takes it, once
+    defer_kernel_build()
     with lean_expert_scan():   # also when another thread is mid-import: `import` then waits for it
         import quark.torch
 
@@ -58,3 +73,19 @@ def quark_quiet(verbose: bool = False) -> Iterator[None]:
             yield
     finally:
         logging.disable(previous)
+
+
+def warm() -> dict[str, float]:
+    """Pay the first-run costs now: the import (fills the scan cache) and the kernel build (torch's cache)."""
+    started = time.perf_counter()
+    import_quark()
+    imported = time.perf_counter()
+    build_kernels()
+    return {"import quark.torch": round(imported - started, 2),
+            "build kernels": round(time.perf_counter() - imported, 2)}
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["--warm"]:
+        sys.exit("usage: python -m eagle3_quant.quantize.quark_import --warm")
+    print(", ".join(f"{k}: {v} s" for k, v in warm().items()))

@@ -31,6 +31,7 @@ from safetensors import safe_open
 from eagle3_quant.errors import QuantizationError
 from eagle3_quant.plan import QuantPlan
 from eagle3_quant.reading.draft import DraftCheckpoint
+from eagle3_quant.records.public_names import public_name
 from eagle3_quant.runtime.serving import serving_numerics
 
 
@@ -44,7 +45,7 @@ class StaticCalibration:
     prediction: dict | None = None   # the numerics the rollout ran in (runtime/serving.py)
 
     def to_dict(self) -> dict:
-        return {**asdict(self), "calib_path": str(self.calib_path)}
+        return {**asdict(self), "calib_path": public_name(self.calib_path)}     # published: the name only
 
 
 def _restore_config(out: Path, source_config: dict) -> None:

@@ -38,6 +38,7 @@ from eagle3_quant.options import build_options, pick_device
 from eagle3_quant.plan import make_plan
 from eagle3_quant.reading.draft import DraftCheckpoint, read_draft
 from eagle3_quant.reading.layout import fused_groups
+from eagle3_quant.records.public_names import public_name
 from eagle3_quant.runtime.serving import serving_numerics
 from eagle3_quant.schemes import Scheme, get_scheme
 
@@ -71,7 +72,7 @@ class SensitivityReport:
         return tuple(g for g in self.groups if g.disagreement > threshold)
 
     def to_dict(self) -> dict:
-        return {**asdict(self), "calib_path": str(self.calib_path)}
+        return {**asdict(self), "source": public_name(self.source), "calib_path": public_name(self.calib_path)}
 
 
 def linear_groups(draft: DraftCheckpoint) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:

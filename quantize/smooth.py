@@ -29,6 +29,7 @@ from eagle3_quant.errors import SchemeError
 from eagle3_quant.reading.draft import DraftCheckpoint
 from eagle3_quant.reading.families import DraftFamily
 from eagle3_quant.reading.pickle_source import BASE_BYTES
+from eagle3_quant.records.public_names import public_name
 from eagle3_quant.util.outdir import scratch_for
 from eagle3_quant.util.resources import check_disk, check_memory, gb
 
@@ -180,7 +181,7 @@ def smooth_draft(draft_ckpt: DraftCheckpoint, calib_path: str | Path, alpha: flo
     prefix = draft.spec.layer_prefix
     new = smoothed_tensors(tensors, prefix, draft, sites, scales)
     folded = sorted(n for n in tensors if new[n] is not tensors[n] and not torch.equal(new[n], tensors[n]))
-    record = Smoothing(alpha, str(Path(calib_path).resolve()), positions, {
+    record = Smoothing(alpha, public_name(Path(calib_path).resolve()), positions, {
         s.name: {"log2_min": int(torch.log2(scales[s.name]).min()), "log2_max": int(torch.log2(scales[s.name]).max()),
                  "channels_moved": int((scales[s.name] != 1).sum()), "channels": int(scales[s.name].numel())}
         for s in sites}, folded)

@@ -24,6 +24,7 @@ import torch
 from eagle3_quant.errors import CalibrationDataError, SchemeError
 from eagle3_quant.reading.draft import DraftCheckpoint
 from eagle3_quant.reading.pickle_source import BASE_BYTES
+from eagle3_quant.records.public_names import public_name
 from eagle3_quant.util.outdir import scratch_for
 from eagle3_quant.util.resources import check_disk, check_memory, gb
 
@@ -110,7 +111,7 @@ def prune_vocab(draft: DraftCheckpoint, calib: str | Path, n: int) -> tuple[dict
     config = {**draft.config.raw, "draft_vocab_size": n}
     total = int(counts.sum())
     record = VocabPruning(
-        calibration=str(Path(calib).resolve()), draft_vocab_before=int(current.numel()), draft_vocab=n,
+        calibration=public_name(Path(calib).resolve()), draft_vocab_before=int(current.numel()), draft_vocab=n,
         target_tokens=total, distinct_tokens=int((counts > 0).sum()),
         coverage=int(counts[kept_targets].sum()) / total, coverage_before=int(counts[current].sum()) / total,
         kept_target_ids_sha256=hashlib.sha256(kept_targets.numpy().tobytes()).hexdigest())

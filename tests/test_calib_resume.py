@@ -12,20 +12,21 @@ from eagle3_quant.calib.staging import staging_dir
 from eagle3_quant.cli import main
 from eagle3_quant.errors import DraftFormatError, OutputExistsError
 
-RUN = {"num_samples": 7, "seq_len": 40, "min_tokens": 4, "shard_samples": 2}
+# batches of 2 prompts, shards of 2 samples: a resume starts where an uninterrupted run starts a batch
+RUN = {"num_samples": 7, "seq_len": 40, "min_tokens": 4, "shard_samples": 2, "batch_size": 2}
 
 
 def killed_after(monkeypatch, n: int) -> None:
-    """Simulate a kill: the (n+1)-th capture raises KeyboardInterrupt."""
-    real, calls = TargetRunner.capture, {"n": 0}
+    """Simulate a kill: the batch that would take the capture past n prompts raises KeyboardInterrupt."""
+    real, calls = TargetRunner.capture_batch, {"n": 0}
 
-    def capture(self, *args, **kwargs):
-        calls["n"] += 1
+    def capture_batch(self, prompts, *args, **kwargs):
+        calls["n"] += len(prompts)
         if calls["n"] > n:
             raise KeyboardInterrupt
-        return real(self, *args, **kwargs)
+        return real(self, prompts, *args, **kwargs)
 
-    monkeypatch.setattr(TargetRunner, "capture", capture)
+    monkeypatch.setattr(TargetRunner, "capture_batch", capture_batch)
 
 
 def assert_same_sets(a, b) -> None:

@@ -70,12 +70,15 @@ def test_quantize_gate_names_engine_field_and_the_engine_that_serves(tmp_path):
     assert err.value.field == "q_lora_rank" and err.value.hint.startswith("no engine serves it: SGLang 0.5.23")
 
 
-def test_quantize_refuses_before_any_work(tmp_path):
+def test_quantize_refuses_a_named_engine_or_no_engine_before_any_work(tmp_path):
     from eagle3_quant.quantize.api import quantize_draft
 
     src = write_variant(tmp_path / "q", "qwen3")
     with pytest.raises(UnsupportedSourceError, match=r"field 'architectures'.*\(--engine vllm serves it\)"):
-        quantize_draft(src, tmp_path / "out", device="cpu")
+        quantize_draft(src, tmp_path / "out", device="cpu", engine="both")
+    nq = write_variant(tmp_path / "nq", "mla-no-q-lora")
+    with pytest.raises(UnsupportedSourceError, match=r"field 'q_lora_rank'.*no engine serves it"):
+        quantize_draft(nq, tmp_path / "out", device="cpu")            # --engine auto: refused only when none can
     assert not (tmp_path / "out").exists()
 
 

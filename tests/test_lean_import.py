@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import json
 import os
 import subprocess
 import sys
@@ -43,11 +44,32 @@ REGISTRY = ("from quark.torch.utils.llm.module_replacement import quark_experts 
 
 
 @pytest.mark.slow
-def test_quark_builds_the_same_experts_registry_as_a_plain_import():
+def test_quark_builds_the_same_experts_registry_as_a_plain_import(tmp_path):
     def registry(first: str) -> str:
         return subprocess.run([sys.executable, "-c", f"{first}; {REGISTRY}"], capture_output=True, text=True,
-                              check=True, env={**os.environ, "QUARK_LOG_LEVEL": "error"}).stdout.strip()
+                              check=True, env={**os.environ, "XDG_CACHE_HOME": str(tmp_path)}).stdout.strip()
 
     plain = registry("import quark.torch")
-    ours = registry("from eagle3_quant.quantize.quark_import import import_quark; import_quark()")
-    assert ours == plain and plain.startswith("True [") and "QuarkExperts" in plain
+    ours = registry("from eagle3_quant.quantize.quark_import import import_quark; import_quark()")   # fills the cache
+    assert (tmp_path / "eagle3-quant" / lean.CACHE_FILE).is_file()
+    cached = registry("from eagle3_quant.quantize.quark_import import import_quark; import_quark()")
+    assert ours == cached == plain and plain.startswith("True [") and "QuarkExperts" in plain
+
+
+def test_the_files_that_name_the_decorator_are_parsed_once_per_machine(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(lean, "_cache", {})
+    scan = _quark_style_scanner()
+    nested = "@use_experts_implementation(a=1)\nclass C:\n    pass\n\nclass D:\n    pass\n" + WITH
+    with lean.lean_expert_scan():
+        first = scan(nested)
+    assert [(n.name, n.decorator_list[0].id) for n in first.body] == [("C", lean.DECORATOR), ("A", lean.DECORATOR)]
+    cached = json.loads((tmp_path / "eagle3-quant" / lean.CACHE_FILE).read_text())
+    assert list(cached.values()) == [["C", "A"]]
+    monkeypatch.setattr(lean, "_cache", {})                   # a new process: the cache is read from the file
+    real, parsed = ast.parse, []
+    monkeypatch.setattr(ast, "parse", real)                   # restored after the test, whatever happens
+    monkeypatch.setattr(lean, "_real_parse", lambda text, *a, **k: parsed.append(text) or real(text, *a, **k))
+    with lean.lean_expert_scan():
+        again = scan(nested)
+    assert [n.name for n in again.body] == ["C", "A"] and parsed == []

@@ -186,21 +186,23 @@ def test_static_mx_config_without_input_scale_is_refused_by_the_runtime(tmp_path
 
 
 def test_an_engine_that_cannot_load_the_scheme_is_refused_before_any_work(make_draft, tmp_path):
-    from eagle3_quant.validate.sglang_load import _unsupported_scheme
+    from eagle3_quant.validate.sglang_load import unsupported_format
+    from validate_helpers import write_manifest_naming
 
     src = make_draft()
     with pytest.raises(SchemeError, match=r"w_mxfp4_a_fp8 cannot be served by sglang: SGLang 0\.5\.23"):
         quantize_draft(src, tmp_path / "out", scheme="w_mxfp4_a_fp8", calib=tmp_path / "none", engine="sglang")
-    # the default is both engines: a scheme SGLang cannot load needs --engine vllm, said in the same line
-    with pytest.raises(SchemeError, match=r"w_mxfp4_a_fp8 cannot be served by sglang: .*default both"):
-        quantize_draft(src, tmp_path / "out", scheme="w_mxfp4_a_fp8", calib=tmp_path / "none")
+    # named, both engines must load it: refused in one line that says the default takes those that can
+    with pytest.raises(SchemeError, match=r"w_mxfp4_a_fp8 cannot be served by sglang: .*the default, auto"):
+        quantize_draft(src, tmp_path / "out", scheme="w_mxfp4_a_fp8", calib=tmp_path / "none", engine="both")
     with pytest.raises(OptionsError, match="unknown engine 'trt'"):
         quantize_draft(src, tmp_path / "out", scheme="ptpc_fp8", engine="trt")
     assert not (tmp_path / "out").exists()
     # validate's sglang_load check on such an artifact: skipped with the reason, SGLang never started
-    (tmp_path / "a8").mkdir()
-    (tmp_path / "a8" / "eagle3_quant.json").write_text(json.dumps({"scheme": {"name": "w_mxfp4_a_fp8"}}))
-    assert "W4A8 is MoE-only" in _unsupported_scheme(tmp_path / "a8")
+    write_manifest_naming(tmp_path / "a8", "w_mxfp4_a_fp8")
+    (tmp_path / "a8" / "config.json").write_text(json.dumps({"model_type": "llama",
+                                                              "architectures": ["LlamaForCausalLMEagle3"]}))
+    assert "W4A8 is MoE-only" in unsupported_format(tmp_path / "a8")
 
 
 def test_cli_refuses_an_mx_scheme_for_sglang_in_one_line(make_draft, tmp_path, capsys):

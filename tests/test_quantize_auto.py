@@ -38,7 +38,9 @@ def test_ladder_step_bytes_are_cost_py_s_and_ascending(tmp_path: Path):
     both = [s for s in SCHEMES if not any(SCHEMES[s].why_not(e) for e in ("vllm", "sglang"))]
     assert "w_mxfp4_a_mxfp4" in both and "w_mxfp4_a_fp8" not in both
     assert len(names) == len(both) * 3 and not any("fc FP8" in n for n in names)
-    assert any(s.startswith("w_mxfp4_a_fp8: --engine both includes sglang") for s in ladder.skipped)
+    assert any(s.startswith("w_mxfp4_a_fp8: --engine both: scheme w_mxfp4_a_fp8 cannot be served by sglang")
+               for s in ladder.skipped)
+    assert {c.engines for c in ladder.candidates} == {("vllm", "sglang")}
     assert [c.step_bytes for c in ladder.candidates] == sorted(c.step_bytes for c in ladder.candidates)
     by_name = {c.name: c.step_bytes for c in ladder.candidates}
     assert by_name["ptpc_fp8"] == checkpoint_cost(src).written.total_bytes
@@ -56,7 +58,14 @@ def test_ladder_step_bytes_are_cost_py_s_and_ascending(tmp_path: Path):
     assert build_ladder(draft, ("fc",), "vllm", []).skipped          # --exclude fc: no fc FP8 candidate
     # MXFP6 joins with --engine vllm, between MXFP4 and FP8 in step bytes; SGLang cannot load it
     assert fc["w_mxfp4_a_mxfp4"] < fc["w_mxfp6_e2m3_a_mxfp6_e2m3"] == fc["w_mxfp6_e3m2_a_mxfp6_e3m2"] < fc["ptpc_fp8"]
-    assert any(s.startswith("w_mxfp6_e3m2_a_mxfp6_e3m2: --engine both includes sglang") for s in ladder.skipped)
+    assert any(s.startswith("w_mxfp6_e3m2_a_mxfp6_e3m2: --engine both: scheme w_mxfp6_e3m2_a_mxfp6_e3m2 cannot be "
+                            "served by sglang") for s in ladder.skipped)
+    # --engine auto (the default): every candidate an engine serves, each with the engines it would be for
+    auto = build_ladder(draft, (), "auto", [128])
+    engines = {c.name: c.engines for c in auto.candidates}
+    assert {c.name for c in auto.candidates} == set(fc) and not any("fc FP8:" in s for s in auto.skipped)
+    assert engines["ptpc_fp8"] == ("vllm", "sglang") and engines["w_mxfp4_a_mxfp4 + vocab 128"] == ("vllm", "sglang")
+    assert engines["w_mxfp4_a_fp8"] == engines["ptpc_fp8 + fc FP8"] == ("vllm",)
 
 
 def test_refusals_before_any_work(tmp_path: Path, capsys):
@@ -143,7 +152,7 @@ def auto_on_tiny_pair(auto_pair, tmp_path_factory):
     printed = io.StringIO()
     with pytest.raises(SystemExit) as exit_, contextlib.redirect_stdout(printed):
         main(["quantize", str(auto_pair.draft), str(out), "--scheme", "auto", "--calib", str(auto_pair.calib),
-              "--device", "cpu"])
+              "--device", "cpu", "--engine", "both"])     # the ladder both engines load (auto widens it)
     assert exit_.value.code == 0, printed.getvalue()
     return out, Manifest.read(out), printed.getvalue()
 
@@ -160,6 +169,7 @@ def test_tiny_pair_auto_picks_the_cheapest_that_keeps_the_gate(auto_on_tiny_pair
     assert {r.scheme for r in rows} == {s for s in SCHEMES if not SCHEMES[s].why_not("sglang")}
     assert any(r.draft_vocab for r in rows)
     assert record.gate == "point" and record.min_acceptance_ratio == 0.99 and record.engine == "both"
+    assert all(r.engines == ["vllm", "sglang"] for r in rows) and manifest.engines.serves == ["vllm", "sglang"]
     chosen = record.chosen_candidate
     assert chosen.keeps_gate and chosen.acceptance_ratio >= 0.99
     assert not any(r.keeps_gate for r in rows[:rows.index(chosen)])          # nothing cheaper kept it
@@ -206,7 +216,7 @@ def test_tiny_pair_gate_no_candidate_keeps(auto_pair, auto_on_tiny_pair, tmp_pat
                     "refuses it")
     with pytest.raises(SystemExit) as exit_:
         main(["quantize", str(auto_pair.draft), str(tmp_path / "out"), "--scheme", "auto", "--calib",
-              str(auto_pair.calib), "--device", "cpu", "--min-acceptance-ratio", "1.0"])
+              str(auto_pair.calib), "--device", "cpu", "--min-acceptance-ratio", "1.0", "--engine", "both"])
     assert exit_.value.code == 1
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and f"{best:.4f}" in err and "nothing written" in err

@@ -8,6 +8,7 @@ import json
 import pytest
 from eagle3_quant.validate.gate_choice import artifact_scheme
 from eagle3_quant.validate.report import Gates, ValidationReport
+from validate_helpers import write_manifest_naming
 
 from eagle3_quant.errors import SchemeError
 from eagle3_quant.records.validation_report import read_validation
@@ -49,7 +50,7 @@ def test_the_artifact_scheme_comes_from_the_manifest_else_the_config(tmp_path):
     assert artifact_scheme(tmp_path, _mx_config("fp6_e3m2", "fp6_e3m2", True)) == "w_mxfp6_e3m2_a_mxfp6_e3m2"
     assert artifact_scheme(tmp_path, _mx_config("fp4", "fp8_e4m3", False)) == "w_mxfp4_a_fp8"
     assert artifact_scheme(tmp_path, _mx_config("fp8_e4m3", "fp8_e4m3", True)) is None      # FP8: FP8's gates
-    (tmp_path / "eagle3_quant.json").write_text(json.dumps({"scheme": {"name": "w_mxfp4_a_mxfp4"}}))
+    write_manifest_naming(tmp_path, "w_mxfp4_a_mxfp4")
     assert artifact_scheme(tmp_path, {}) == "w_mxfp4_a_mxfp4"
 
 

@@ -14,6 +14,8 @@ import pytest
 from eagle3_quant.validate import sglang_load
 from eagle3_quant.validate.sglang_load import sglang_load_check
 
+from eagle3_quant.records.manifest import MANIFEST_NAME
+
 PAIR_DRAFT = Path(__file__).resolve().parent / "fixtures" / "tiny_pair" / "draft"
 FUSED_NAMES = {"model.qkv_proj", "model.self_attn.o_proj", "model.gate_up_proj", "model.down_proj"}
 needs_sglang = pytest.mark.skipif(sglang_load.sglang_missing() is not None,
@@ -114,8 +116,14 @@ def test_static_fp8_artifact_loads(judged):
 
 @pytest.mark.slow
 @needs_sglang
-def test_quantized_fc_loses_its_scale(judged):
-    check = judged("quantize_fc")
+def test_quantized_fc_loses_its_scale(judged, artifacts, tmp_path):
+    # --quantize-fc with --engine auto: the artifact is for vLLM only, and the check says so without running
+    left_out = judged("quantize_fc")
+    assert left_out.status == "skipped" and "not for SGLang" in left_out.detail and "fc in FP8" in left_out.detail
+    # what SGLang does with it anyway (the evidence for leaving SGLang out): the same files without the manifest
+    anyway = shutil.copytree(artifacts("quantize_fc"), tmp_path / "anyway",
+                             ignore=shutil.ignore_patterns(MANIFEST_NAME))
+    check = judged("quantize_fc without its manifest", anyway)
     assert check.status == "failed"
     assert "model.fc: SGLang builds it unquantized" in check.detail
     assert "fc.weight_scale: SGLang has no parameter for it" in check.detail

@@ -47,3 +47,12 @@ def plain_quark_exclude(folder: Path) -> None:
     config = json.loads((folder / "config.json").read_text())
     config["quantization_config"]["exclude"] = ["fc", "lm_head"]
     (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+
+
+def write_manifest_naming(folder: Path, scheme: str) -> Path:
+    """A well-formed manifest that names `scheme` and lists no outputs: what `Manifest.read` accepts."""
+    from eagle3_quant.records.manifest import ExcludeRecord, Manifest, SchemeRecord, SourceRecord
+
+    folder.mkdir(parents=True, exist_ok=True)
+    return Manifest(SourceRecord("src", "specforge"), SchemeRecord(scheme, "", ""), ExcludeRecord([], [], {}), [],
+                    [], [], versions={"eagle3-quant": "test"}).write(folder)

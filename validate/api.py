@@ -34,6 +34,7 @@ def _check_calibration(calib: CalibrationSet, art: Fp8Artifact) -> None:
     if calib.info.target_hidden_size != cfg.target_hidden_size:
         raise DraftFormatError(f"calibration states have target hidden {calib.info.target_hidden_size}, the draft "
                                f"expects {cfg.target_hidden_size}", path=calib.path, field="target_hidden_size")
+    calib.check_token_ids(cfg.vocab_size, "the draft's target")
 
 
 def _target_source(calib: CalibrationSet, target: str | Path | None, missing: str, where: str) -> str | Path:

@@ -3,10 +3,10 @@ config describes (an MX artifact without a manifest), else FP8's."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from eagle3_quant.records.manifest import MANIFEST_NAME
+from eagle3_quant.errors import Eagle3QuantError
+from eagle3_quant.records.manifest import Manifest
 from eagle3_quant.schemes import SCHEMES
 
 
@@ -25,9 +25,9 @@ def _from_config(quant_config: dict) -> str | None:
 def artifact_scheme(out: Path, quant_config: dict) -> str | None:
     """The registered scheme OUT was made with (manifest first), or None when neither source names one."""
     try:
-        name = json.loads((out / MANIFEST_NAME).read_text())["scheme"]["name"]
-    except (OSError, ValueError, KeyError, TypeError):
+        name = Manifest.read(out).scheme.name
+    except Eagle3QuantError:
         name = None
-    if isinstance(name, str) and name in SCHEMES:
+    if name in SCHEMES:
         return name
     return _from_config(quant_config)

@@ -60,18 +60,23 @@ def unsupported_format(artifact: Path) -> str | None:
     if arch != SGLANG_DRAFT_CLASS:
         return (f"SGLang 0.5.23 builds the class the config names ({arch}), not an Eagle3 draft; it serves Llama "
                 f"Eagle3 drafts whose config names {SGLANG_DRAFT_CLASS}")
-    return _unsupported_scheme(artifact)
+    return _not_for_sglang(artifact)
 
 
-def _unsupported_scheme(artifact: Path) -> str | None:
-    """Why SGLang cannot load the scheme the manifest names (e.g. MXFP4 weights with FP8 activations)."""
+def _not_for_sglang(artifact: Path) -> str | None:
+    """Why the manifest says the artifact is not for SGLang: left out by `quantize --engine` (e.g. an FP8 fc), or,
+    in a manifest from before, a scheme SGLang cannot load (e.g. MXFP4 weights with FP8 activations)."""
+    from eagle3_quant.errors import Eagle3QuantError
+    from eagle3_quant.records.manifest import Manifest
     from eagle3_quant.schemes import SCHEMES
 
     try:
-        name = json.loads((artifact / "eagle3_quant.json").read_text())["scheme"]["name"]
-    except (OSError, ValueError, KeyError, TypeError):
+        manifest = Manifest.read(artifact)
+    except Eagle3QuantError:
         return None
-    scheme = SCHEMES.get(name) if isinstance(name, str) else None
+    if manifest.engines is not None and "sglang" not in manifest.engines.serves:
+        return f"the artifact is not for SGLang: {manifest.engines.left_out.get('sglang', 'left out')}"
+    scheme = SCHEMES.get(manifest.scheme.name)
     return scheme.why_not("sglang") if scheme is not None else None
 
 

@@ -73,6 +73,9 @@ def calibrate_command(
     dtype: Annotated[Dtype, typer.Option(help=help_of(C, "dtype"))] = default(C, "dtype"),
     trust_remote_code: Annotated[bool, typer.Option("--trust-remote-code", help=help_of(C, "trust_remote_code"))]
     = default(C, "trust_remote_code"),
+    device: Annotated[str | None, typer.Option(help=help_of(C, "device"))] = default(C, "device"),
+    batch_size: Annotated[int | None, typer.Option(help=help_of(C, "batch_size"))] = default(C, "batch_size"),
+    threads: Annotated[int | None, typer.Option(help=help_of(C, "threads"))] = default(C, "threads"),
     force: Annotated[bool, typer.Option("--force", help=help_of(C, "force"))] = default(C, "force"),
     revision: Annotated[str | None, typer.Option(help=help_of(C, "revision"))] = default(C, "revision"),
     backend: Annotated[Backend, typer.Option(help=help_of(C, "backend"))] = default(C, "backend"),
@@ -119,7 +122,8 @@ def calibrate_command(
                     revision=revision, backend=backend.value, engine_python=engine_python,
                     tensor_parallel_size=tensor_parallel_size, pipeline_parallel_size=pipeline_parallel_size,
                     enable_expert_parallel=enable_expert_parallel, max_model_len=max_model_len,
-                    max_num_seqs=max_num_seqs, engine_args=_engine_args(engine_args), engine_timeout=engine_timeout)
+                    max_num_seqs=max_num_seqs, engine_args=_engine_args(engine_args), engine_timeout=engine_timeout,
+                    device=device, batch_size=batch_size, threads=threads)
         try:
             result = calibrate_target(target, draft, data, out, options, progress=progress)
         except KeyboardInterrupt:

@@ -1,12 +1,16 @@
-"""The CLI's `Progress`: plan lines and a rich progress bar (with tokens/s) on stderr."""
+"""The CLI's `Progress`: plan lines, and the counted work with tokens/s and the time left (util/progress.Throughput)
+on stderr: a live bar on a terminal, one line every `LINE_EVERY_S` seconds in a log or pipe."""
 
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from eagle3_quant.util.progress import Advance
+from eagle3_quant.util.progress import Advance, Throughput
+
+LINE_EVERY_S = 30.0
 
 
 def _console():
@@ -22,24 +26,28 @@ class TerminalProgress:
 
     @contextmanager
     def task(self, name: str, total: int, done: int = 0) -> Iterator[Advance]:
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
-
-        with Progress(TextColumn(name), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[rate]}"),
-                      TimeElapsedColumn(), TimeRemainingColumn(), console=_console()) as bar:
-            task = bar.add_task(name, total=total, completed=done, rate="")
-            counted = {"tokens": 0}
+        console = _console()
+        counted = Throughput(total, done)
+        if not console.is_terminal:          # logs: a plain line now and then, and one at the end
+            printed = {"at": time.perf_counter()}
 
             def advance(items: int, tokens: int = 0) -> None:
-                counted["tokens"] += tokens
-                elapsed = bar.tasks[0].elapsed or 1e-9
-                rate = f"{counted['tokens'] / elapsed:,.0f} tok/s" if counted["tokens"] else ""
-                bar.update(task, advance=items, rate=rate)
+                counted.add(items, tokens)
+                if time.perf_counter() - printed["at"] >= LINE_EVERY_S:
+                    console.print(f"{name}: {counted.line()}", markup=False)
+                    printed["at"] = time.perf_counter()
+
+            yield advance
+            console.print(f"{name}: {counted.line()}", markup=False)
+            return
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+        with Progress(TextColumn(name), BarColumn(), TextColumn("{task.fields[line]}"), TimeElapsedColumn(),
+                      console=console) as bar:
+            task = bar.add_task(name, total=total, completed=done, line=counted.line())
+
+            def advance(items: int, tokens: int = 0) -> None:
+                counted.add(items, tokens)
+                bar.update(task, advance=items, line=counted.line())
 
             yield advance

@@ -55,10 +55,6 @@ def quantize_command(
                 revision=revision, verbose=verbose,
                 allow_pickle=allow_pickle, draft_vocab=draft_vocab, quantize_lm_head=quantize_lm_head,
                 min_acceptance_ratio=min_acceptance_ratio, engine=engine.value, serve_taps=serve_taps.value)
-    if quantize_fc:
-        console.print("[yellow]warning:[/] --quantize-fc: vLLM only. SGLang's Eagle3 loader keeps fc as a plain "
-                      "nn.Linear: it casts the FP8 weight and drops fc.weight_scale, silently (`validate` fails "
-                      "its sglang_load check on such a draft).")
     result = quantize_draft(src, out, options)
     if result.manifest.auto_choice is not None:
         from eagle3_quant.cli.render_auto import print_auto_choice
@@ -75,6 +71,7 @@ def quantize_command(
                   f"{len(result.plan.quantized)} linears {ELEMENT_DTYPES[result.plan.scheme.weight.dtype][0]} "
                   f"({result.plan.scheme.name}), "
                   f"{len(result.plan.excluded)} kept BF16; manifest {result.manifest_path.name}")
+    console.print(f"for {result.plan.engines.describe()}", markup=False)
     rounded = result.manifest.gptq
     if rounded:
         console.print(f"GPTQ: {sum(len(g) for g in rounded['order'])} linears rounded on {rounded['samples']} "

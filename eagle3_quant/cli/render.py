@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from eagle3_quant.records.validation_report import prediction_text
@@ -32,8 +33,9 @@ def print_inspection(report) -> None:
         ("scheme", f"{report.scheme}: {report.scheme_summary}"),
         ("estimated output", human_bytes(report.estimated_output_bytes)),
         ("vLLM exclude", ", ".join(report.vllm_exclude)),
-        *((f"served by {engine}", "yes" if why is None else f"[red]no[/]: {why}")
+        *((f"served by {engine}", "yes" if why is None else f"[red]no[/]: {escape(why)}")
           for engine, why in report.engines.items()),
+        ("quantize writes it for", ", ".join(report.artifact_engines["serves"]) or "[red]no engine[/]: refused"),
     ]
     for key, value in rows:
         summary.add_row(f"[bold]{key}[/]", value)

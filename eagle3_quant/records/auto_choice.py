@@ -26,13 +26,14 @@ class AutoCandidateRecord:
     coverage: float | None             # pruned: share of the calibration set's target tokens kept
     keeps_gate: bool
     chosen: bool
+    engines: list[str] | None = None   # the engines its artifact is for (None: recorded before --engine auto)
 
 
 @dataclass(frozen=True)
 class AutoChoiceRecord:
     min_acceptance_ratio: float
     gate: str                          # "point": ratio >= min_acceptance_ratio; the interval is reported
-    engine: str                        # vllm, sglang or both: which fc precisions were candidates
+    engine: str                        # --engine: auto, both, vllm or sglang (which candidates could be served)
     k: int
     calibration: str
     drafts: int                        # chains judged per candidate
@@ -56,8 +57,8 @@ class AutoChoiceRecord:
         if not isinstance(data, dict) or not isinstance(data.get("candidates"), list):
             raise ManifestError("not an object with a candidates list", path=path, field="auto_choice")
         try:
-            rows = [AutoCandidateRecord(**{k: row[k] for k in AutoCandidateRecord.__dataclass_fields__})
-                    for row in data["candidates"]]
+            rows = [AutoCandidateRecord(**{k: row[k] for k in AutoCandidateRecord.__dataclass_fields__
+                                           if k != "engines" or k in row}) for row in data["candidates"]]
             fields = {k: data[k] for k in cls.__dataclass_fields__ if k != "prediction"}
             prediction = data.get("prediction") if isinstance(data.get("prediction"), dict) else None
             record = cls(**{**fields, "candidates": rows, "prediction": prediction})
@@ -77,11 +78,12 @@ def format_ratio(candidate: AutoCandidateRecord) -> str:
 
 
 def table_rows(record: AutoChoiceRecord) -> list[tuple[str, ...]]:
-    """candidate, step bytes, of BF16, acceptance ratio (95% interval), coverage, gate, chosen: strings."""
+    """candidate, step bytes, of BF16, acceptance ratio (95% interval), coverage, gate, engines, chosen: strings."""
     return [(c.name, f"{c.step_bytes:,}", f"{c.step_bytes_over_bf16:.3f}", format_ratio(c),
              f"{c.coverage:.2%}" if c.coverage is not None else "-", "kept" if c.keeps_gate else "missed",
-             "chosen" if c.chosen else "")
+             ", ".join(c.engines) if c.engines is not None else "-", "chosen" if c.chosen else "")
             for c in record.candidates]
 
 
-TABLE_HEADER = ("candidate", "step bytes", "of BF16", "acceptance ratio (95% CI)", "coverage", "gate", "")
+TABLE_HEADER = ("candidate", "step bytes", "of BF16", "acceptance ratio (95% CI)", "coverage", "gate", "engines",
+                "")

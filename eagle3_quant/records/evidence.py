@@ -9,16 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from eagle3_quant.records.manifest import MANIFEST_NAME, Manifest
 from eagle3_quant.util.hashing import digest_folder
 
-if TYPE_CHECKING:
-    from eagle3_quant.records.manifest import Manifest
-
 BENCH_NAME = "bench.json"        # `eagle3-quant bench`: vLLM's own measurement (validate/engine_bench.py)
-NOT_ARTIFACT = frozenset({"validation.json", "eagle3_quant.json", "README.md", BENCH_NAME})   # report, manifest,
-                                                                                             # card, engine run
+NOT_ARTIFACT = frozenset({"validation.json", MANIFEST_NAME, "README.md", BENCH_NAME})   # report, manifest, card,
+                                                                                       # engine run
 
 
 def artifact_digests(out: Path) -> dict[str, str]:

@@ -1,12 +1,15 @@
 """`eagle3_quant.json`: what was made, from what, with which tools, and the hash of every file.
 
-The one owner of the manifest: its schema (frozen dataclasses), writing, reading with field-by-field checks,
-and "the outputs still match". Every reader (validate, the card, push, the pipeline) goes through `Manifest`.
+The one owner of the manifest: its file name, its schema (frozen dataclasses), writing, reading with field-by-field
+checks (every output path confined to OUT: a manifest listing `../secret.txt` would make push hash and upload that
+file) and "the outputs still match". Every reader (validate, the card, push, the pipeline, the bench) goes through
+`Manifest.read`.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
@@ -14,13 +17,15 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from eagle3_quant.errors import Eagle3QuantError, ManifestError
+from eagle3_quant.errors import Eagle3QuantError, ManifestError, PublishError
+from eagle3_quant.reading.limits import load_json_file
 from eagle3_quant.records.auto_choice import AutoChoiceRecord
 from eagle3_quant.records.serve_taps import ServeTapsRecord
 from eagle3_quant.util.hashing import FileDigest, digest_folder, sha256_file
 
 MANIFEST_NAME = "eagle3_quant.json"
 MANIFEST_VERSION = 1
+SHA256 = re.compile(r"^[0-9a-f]{64}$")
 LIBRARIES = ("eagle3-quant", "amd-quark", "torch", "transformers", "safetensors", "huggingface_hub")
 
 
@@ -62,6 +67,13 @@ class ExcludeRecord:
 
 
 @dataclass(frozen=True)
+class EnginesRecord:
+    requested: str                 # --engine as given: auto, both, vllm or sglang
+    serves: list[str]              # the engines the artifact is for
+    left_out: dict[str, str]       # engine -> why the artifact is not for it (engines/choice.py)
+
+
+@dataclass(frozen=True)
 class LayerRecord:
     role: str
     module: str
@@ -86,19 +98,20 @@ class Manifest:
     gptq: dict[str, Any] | None = None            # --gptq: samples, draft steps, the rounding order, Quark's settings
     auto_choice: AutoChoiceRecord | None = None   # --scheme auto: the candidate ladder, measured, and the choice
     serve_taps: ServeTapsRecord | None = None     # --serve-taps: the layers each engine feeds, what was written, why
+    engines: EnginesRecord | None = None          # the engines it is for (None: written before --engine auto)
     manifest_version: int = MANIFEST_VERSION
     created_at: str = ""
-    command: list[str] = field(default_factory=list)
+    command: list[str] = field(default_factory=list)   # verb, flags, public names (records/public_names.py)
     versions: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         for optional in ("calibration", "sensitivity", "vocab_pruning", "smoothing", "gptq", "auto_choice",
-                         "serve_taps"):
+                         "serve_taps", "engines"):
             if data[optional] is None:
                 del data[optional]
-        order = ("manifest_version", "created_at", "command", "versions", "source", "scheme", "exclude", "layers",
-                 "device", "serve_taps", "calibration", "sensitivity", "vocab_pruning", "smoothing", "gptq",
+        order = ("manifest_version", "created_at", "command", "versions", "source", "scheme", "engines", "exclude",
+                 "layers", "device", "serve_taps", "calibration", "sensitivity", "vocab_pruning", "smoothing", "gptq",
                  "auto_choice", "inputs", "outputs")
         return {key: data[key] for key in order if key in data}
 
@@ -128,6 +141,7 @@ class Manifest:
                              if data.get("auto_choice") is not None else None),
                 serve_taps=(ServeTapsRecord.from_dict(data["serve_taps"], path)
                             if data.get("serve_taps") is not None else None),
+                engines=_record(EnginesRecord, data, "engines", path) if data.get("engines") is not None else None,
                 created_at=str(data.get("created_at", "")),
                 command=[str(c) for c in data.get("command") or []],
                 versions={str(k): str(v) for k, v in (data.get("versions") or {}).items()},
@@ -138,11 +152,9 @@ class Manifest:
     @classmethod
     def read(cls, folder: Path, error: type[Eagle3QuantError] = ManifestError) -> Manifest:
         """The manifest of an output folder, read within the parser limits, every field checked and every output
-        path confined to the folder (`manifest_check`); a missing or malformed one raises `error`."""
-        from eagle3_quant.records.manifest_check import read_checked_manifest
-
+        path confined to the folder; a missing or malformed one raises `error`."""
         folder = Path(folder)
-        data = read_checked_manifest(folder, error)
+        data = _read_checked(folder, error)
         if data is None:
             raise error(f"no {MANIFEST_NAME}: not an eagle3-quant output folder", path=folder,
                         hint="make it with `eagle3-quant quantize SRC OUT`")
@@ -174,6 +186,59 @@ class Manifest:
         return self.source.repo_id or self.source.path
 
 
+def output_path(out: Path, rel: object, manifest: Path, error: type[Eagle3QuantError] = PublishError) -> Path:
+    """OUT/rel, refused unless `rel` is a relative path that stays inside OUT (links included)."""
+    if not isinstance(rel, str) or not rel or Path(rel).is_absolute() or ".." in Path(rel).parts \
+            or "\\" in rel:
+        raise error(f"output path {rel!r} is not a path inside the output folder", path=manifest,
+                    field="outputs.path")
+    path = out / rel
+    if not path.resolve().is_relative_to(out.resolve()):
+        raise error(f"output {rel!r} is a link leading outside the output folder", path=manifest,
+                    field="outputs.path")
+    return path
+
+
+def _check_data(data: Any, out: Path, manifest: Path, error: type[Eagle3QuantError]) -> dict:
+    """The fields validate, push and the card use, of the right types, every output path inside OUT."""
+    if not isinstance(data, dict):
+        raise error("the manifest is not a JSON object", path=manifest)
+    for key in ("source", "scheme", "versions", "layers", "outputs"):
+        if key not in data:
+            raise error("manifest lacks this field", path=manifest, field=key)
+    for key in ("source", "scheme", "versions"):
+        if not isinstance(data[key], dict):
+            raise error("is not an object", path=manifest, field=key)
+    for key in ("layers", "outputs"):
+        if not isinstance(data[key], list) or not all(isinstance(e, dict) for e in data[key]):
+            raise error("is not a list of objects", path=manifest, field=key)
+    if not isinstance(data["scheme"].get("name"), str):
+        raise error("is not a scheme name", path=manifest, field="scheme.name")
+    for entry in data["outputs"]:
+        output_path(out, entry.get("path"), manifest, error)
+        size, sha = entry.get("size"), entry.get("sha256")
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise error(f"output {entry['path']!r} has no byte size", path=manifest, field="outputs.size")
+        if not isinstance(sha, str) or not SHA256.match(sha):
+            raise error(f"output {entry['path']!r} has no sha256", path=manifest, field="outputs.sha256")
+    for layer in data["layers"]:
+        if not isinstance(layer.get("quantized"), bool) or not isinstance(layer.get("module"), str):
+            raise error("a layer entry lacks 'module' or 'quantized'", path=manifest, field="layers")
+    return data
+
+
+def _read_checked(out: Path, error: type[Eagle3QuantError]) -> dict | None:
+    """OUT's manifest as checked JSON; None when OUT has none."""
+    path = out / MANIFEST_NAME
+    if not path.is_file():
+        return None
+    try:
+        data = load_json_file(path, error)
+    except OSError as exc:
+        raise error(f"unreadable manifest ({exc.strerror or exc})", path=path) from None
+    return _check_data(data, out, path, error)
+
+
 def _list(data: dict, key: str, path: Path | None) -> list:
     value = data.get(key)
     if not isinstance(value, list):
@@ -200,15 +265,14 @@ def _digest(value: Any, key: str, path: Path | None) -> FileDigest:
 
 
 def write_manifest(out: Path, body: Manifest, outputs: list[FileDigest] | None = None) -> Manifest:
-    """Write the manifest last, with every output file's digest (the manifest itself excepted) and provenance.
+    """Write the manifest last, with every output file's digest (the manifest itself excepted) and provenance
+(`body.command` is the caller's: `public_command`, never the process's argv with its local paths).
 
     `outputs` are digests already taken after the last write (by the export check); else OUT is hashed here.
     """
     if outputs is None:
         outputs = digest_folder(out, skip=frozenset({MANIFEST_NAME}))
     manifest = replace(body, outputs=list(outputs), manifest_version=MANIFEST_VERSION,
-                       created_at=datetime.now(UTC).isoformat(timespec="seconds"),
-                       command=sys.argv[:1] and [Path(sys.argv[0]).name, *sys.argv[1:]],
-                       versions=library_versions())
+                       created_at=datetime.now(UTC).isoformat(timespec="seconds"), versions=library_versions())
     manifest.write(out)
     return manifest

@@ -79,13 +79,16 @@ class BadCase:
     allow_pickle: bool = False
     exclude: tuple[str, ...] = ()
     probes: dict[str, Callable] = field(default_factory=dict)   # eagle3_quant.util.resources function -> stand-in
+    engine: str | None = None                     # --engine named by the user (None: the default, auto)
 
     def api_kwargs(self) -> dict:
-        return {"force": self.force, "allow_pickle": self.allow_pickle, "exclude": list(self.exclude) or None}
+        return {"force": self.force, "allow_pickle": self.allow_pickle, "exclude": list(self.exclude) or None,
+                **({"engine": self.engine} if self.engine else {})}
 
     def cli_args(self, src: Path, out: Path) -> list[str]:
         args = ["quantize", str(src), str(out), "--device", "cpu"]
         args += ["--force"] * self.force + ["--allow-pickle"] * self.allow_pickle
+        args += ["--engine", self.engine] if self.engine else []
         for name in self.exclude:
             args += ["--exclude", name]
         return args
@@ -187,7 +190,8 @@ CASES: tuple[BadCase, ...] = (
     BadCase("mixture-of-experts-model", moe_model, NotAnEagle3DraftError, ("a Mixture-of-Experts model",)),
     BadCase("two-decoder-layers", speculators_two_layers, NotAnEagle3DraftError,
             ("has 2 decoder layers; an Eagle3 draft has exactly one",)),
-    # what no engine builds, or the engines --engine names refuse (engines/draft_support.py; default --engine both)
+    # what no engine builds (the default --engine auto refuses only these), or what an engine the user names
+    # (--engine both) cannot serve (engines/draft_support.py, engines/choice.py)
     BadCase("mla-indexer-config-key", family_draft("tiny-mla", lambda c: c.update(index_n_heads=8)),
             UnsupportedSourceError, ("config.json", "field 'index_n_heads'", "sparse-attention indexer")),
     BadCase("mla-indexer-tensor", family_draft("tiny-mla", midlayer__self_attn__indexer__wk__weight=bf16(16, 128)),
@@ -204,15 +208,16 @@ CASES: tuple[BadCase, ...] = (
              "3 default layers", "no engine serves it")),
     BadCase("mla-deepseek-v3-model-type", family_draft("tiny-mla", lambda c: c.update(model_type="deepseek_v3")),
             UnsupportedSourceError, ("field 'model_type'", "vLLM 0.33 cannot serve", "MTP draft",
-                                     "--engine sglang serves it")),
+                                     "--engine sglang serves it"), engine="both"),
     BadCase("qwen3-class-sglang-lacks", family_draft("tiny-qwen3"), UnsupportedSourceError,
             ("field 'architectures'", "SGLang 0.5.23 cannot serve", "Eagle3Qwen3ForCausalLM",
-             "--engine vllm serves it")),
+             "--engine vllm serves it"), engine="both"),
     BadCase("final-layer-tap-sglang-cannot-feed", family_draft("tiny-final-aux"), UnsupportedSourceError,
             ("field 'num_aux_hidden_states'", "4 aux states for 3 aux layer ids", "never the final layer",
-             "--engine vllm serves it")),
+             "--engine vllm serves it"), engine="both"),
     BadCase("speculators-config-sglang-cannot-read", family_draft("tiny", fmt=DraftFormat.SPECULATORS),
-            UnsupportedSourceError, ("field 'model_type'", "speculators config", "--engine vllm serves it")),
+            UnsupportedSourceError, ("field 'model_type'", "speculators config", "--engine vllm serves it"),
+            engine="both"),
     # shapes and dtypes against the config
     BadCase("q-proj-not-2h-wide", weights(midlayer__self_attn__q_proj__weight=bf16(64, 64)), DraftFormatError,
             (f"tensor '{Q_PROJ}'", "shape [64, 64] disagrees with config.json, which implies [64, 128]")),
