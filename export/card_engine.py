@@ -47,6 +47,7 @@ def engine_rows(run: dict[str, Any]) -> list[tuple[str, str]]:
     guess = _num(predicted.get("acceptance_ratio"), ".4f")
     rows.append(("acceptance ratio this / BF16 (vLLM)", measured + _interval(ratio)
                  + (f"; validate predicted {guess}{_interval(predicted)}" if guess else "")))
+    rows.extend(_taps_rows(run.get("serve_taps")))
     counts = [f"{name} {lossless[name].get('equal_sequences')}/{lossless[name].get('sequences')}"
               for name in ("reference", "artifact") if isinstance(lossless.get(name), dict)]
     if counts:
@@ -60,3 +61,16 @@ def engine_rows(run: dict[str, Any]) -> list[tuple[str, str]]:
     if speed.get("meaningful_for_gpu") is False:
         rows.append(("tokens/s", "measured on a CPU: not a GPU serving speed, not shown"))
     return rows
+
+
+def _taps_rows(taps: Any) -> list[tuple[str, str]]:
+    """The BF16 draft as shipped vs given the layer ids `--serve-taps` wrote, both in vLLM's engine."""
+    try:
+        shipped = _num(taps["reference_as_shipped"]["acceptance_length"], ".3f")
+        served = _num(taps["reference_as_served"]["acceptance_length"], ".3f")
+        gain = _num(taps["gain"]["ratio"], ".3f")
+    except (KeyError, TypeError):
+        return []
+    return [("acceptance length, BF16 draft as shipped / with this draft's layer ids (vLLM)",
+             f"{shipped} / {served} = x{gain}{_interval(taps['gain'])}; the ratio above compares this draft with "
+             "the BF16 draft given the same ids")]

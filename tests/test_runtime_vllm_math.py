@@ -130,3 +130,21 @@ def test_the_prediction_runs_in_the_dtype_vllm_serves_the_draft_in():
     rollout = fp32.record(torch.float32)
     assert rollout["compute_dtype"] == "float32" and "source's dtype" in rollout["dtype_reason"]
     assert serving_numerics("bfloat16").record(torch.bfloat16) == serving_numerics("bfloat16").record()
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_the_engine_childs_stand_in_is_the_fused_kernel_bit_for_bit(dtype, monkeypatch):
+    """bench's child supplies _C.silu_and_mul_quant to vLLM's CPU build (which lacks it): the same FP8 codes as the
+    kernel written out in eagle3_quant/runtime/serving.py."""
+    import importlib
+    from pathlib import Path
+
+    import eagle3_quant.engines as engines
+
+    monkeypatch.syspath_prepend(str(Path(engines.__file__).parent))     # the child imports its neighbours by path
+    child = importlib.import_module("vllm_bench_child")
+    x = (torch.randn(64, 192, generator=torch.Generator().manual_seed(6)) * 4).to(dtype)
+    scale = torch.tensor([0.004])
+    out = torch.empty(64, 96, dtype=torch.float8_e4m3fn)
+    child._silu_and_mul_quant(out, x, scale)
+    assert torch.equal(out.view(torch.uint8), silu_and_mul_quant(x, scale).view(torch.uint8))

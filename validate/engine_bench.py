@@ -32,6 +32,7 @@ from eagle3_quant.validate.engine_bench_stats import (
     prompt_counts,
     throughput,
 )
+from eagle3_quant.validate.engine_bench_taps import AS_SHIPPED, served_reference, taps_section, written_taps
 from eagle3_quant.validate.gate_choice import artifact_scheme
 from eagle3_quant.validate.report import json_safe
 from eagle3_quant.validate.structure import read_artifact, read_reference
@@ -168,18 +169,30 @@ def bench_draft(out: str | Path, options: BenchOptions | None = None, *, progres
     sweep = None
     if opts.concurrency and not info.cpu:
         sweep = {"concurrency": list(opts.concurrency), "input_len": opts.input_len, "output_len": opts.output_len}
-    drafts = {"none": None, "reference": reference.path, "artifact": out}
-    command = _command(python, info)
-    runs = {}
-    for name, request in _requests(opts, target, drafts, prompts, sweep).items():
-        progress.say(f"vLLM {info.version} on {info.device}: {len(prompts)} prompts x {opts.max_tokens} tokens, "
-                     f"draft: {name}")
-        runs[name] = run_child(command, request, opts.timeout_s).checked()
+    written = written_taps(out)
+    with scratch_for(out, "bench-reference") as scratch:
+        # the reference given the artifact's layer ids, so that the ratio is quantization's alone
+        drafts = {"none": None, "reference": served_reference(reference.path, written, scratch / "reference")
+                  if written else reference.path, "artifact": out}
+        if written:
+            drafts[AS_SHIPPED] = reference.path
+        command = _command(python, info)
+        runs = {}
+        for name, request in _requests(opts, target, drafts, prompts, sweep).items():
+            progress.say(f"vLLM {info.version} on {info.device}: {len(prompts)} prompts x {opts.max_tokens} "
+                         f"tokens, draft: {name}")
+            runs[name] = run_child(command, request, opts.timeout_s).checked()
     k = opts.k
-    counts = {name: prompt_counts(runs[name]["per_request"], k) for name in ("reference", "artifact")}
-    acceptance = {name: engine_acceptance(runs[name]["counters"], counts[name], k) for name in counts}
+    drafted = [name for name in drafts if name != "none"]
+    counts = {name: prompt_counts(runs[name]["per_request"], k) for name in drafted}
+    measured = {name: engine_acceptance(runs[name]["counters"], counts[name], k) for name in drafted}
+    acceptance = {name: measured[name] for name in ("reference", "artifact")}
     ratio = paired_ratio(counts["reference"], counts["artifact"], opts.seed)
-    same = {name: lossless(runs[name]["outputs"], runs["none"]["outputs"]) for name in ("reference", "artifact")}
+    same_all = {name: lossless(runs[name]["outputs"], runs["none"]["outputs"]) for name in drafted}
+    same = {name: same_all[name] for name in ("reference", "artifact")}
+    taps = taps_section(written, measured[AS_SHIPPED], measured["reference"],
+                        paired_ratio(counts[AS_SHIPPED], counts["reference"], opts.seed),
+                        same_all[AS_SHIPPED]) if written else None
     predicted = None
     if opts.predict:
         progress.say("offline prediction (validate) on the same prompts and the engine's continuations")
@@ -187,6 +200,8 @@ def bench_draft(out: str | Path, options: BenchOptions | None = None, *, progres
                                 ratio)
     report = _report(opts, info, target, reference.path, prompt_source, prompts, runs, acceptance, ratio, same,
                      predicted, files, time.perf_counter() - started)
+    if taps:
+        report["serve_taps"] = taps
     path = _write_json(out / BENCH_NAME, report)
     note = record_engine_run(out, json_safe(engine_run_of(report)), files)
     return BenchResult(path, info, acceptance, ratio, all(s["lossless"] for s in same.values()), predicted, note,

@@ -47,6 +47,13 @@ def print_bench(result) -> None:
     if walk.get("acceptance_ratio") is not None:
         console.print(f"predicted on the chains vLLM's decoding walk drafts: {walk['acceptance_ratio']:.4f} "
                       f"({_interval(walk)})")
+    taps = report.get("serve_taps")
+    if taps:
+        shipped, served, gain = taps["reference_as_shipped"], taps["reference_as_served"], taps["gain"]
+        console.print(f"served as trained (--serve-taps wrote {taps['written']}): the BF16 draft as shipped "
+                      f"{shipped['acceptance_length']:.3f}, with the artifact's ids {served['acceptance_length']:.3f}"
+                      f" = x{gain['ratio']:.3f} (95% {_interval(gain)}); the ratio above compares the artifact with "
+                      "the BF16 draft given the same ids")
     lossless = report["lossless"]
     console.print("lossless (greedy output with the draft == without): " + "; ".join(
         f"{name} {lossless[name]['equal_sequences']}/{lossless[name]['sequences']}" for name in ("reference",

@@ -45,8 +45,10 @@ def _static_scaled_fp8_quant(out, input, scale, group_shape=None):
 
 
 def _silu_and_mul_quant(result, x, scale):
-    """``_C::silu_and_mul_quant`` (csrc/quantization/activation_kernels): SiLU(gate) * up in fp32, then the static
-    FP8 quantization above, with no rounding in between."""
+    """``_C::silu_and_mul_quant`` (csrc/quantization/activation_kernels.cu, ``act_and_mul_quant_kernel``): SiLU in
+    fp32 returned in the model dtype, the product of two model-dtype values rounded again, then the static FP8
+    quantization above (the same steps as ``eagle3_quant/runtime/serving.silu_and_mul_quant``; this child cannot
+    import our package)."""
     import torch
 
     _CALLS["silu_and_mul_quant"] += 1
@@ -54,9 +56,11 @@ def _silu_and_mul_quant(result, x, scale):
         raise NotImplementedError(f"the torch stand-in for _C::silu_and_mul_quant takes a per-tensor scale only "
                                   f"(got {tuple(scale.shape)})")
     d = x.shape[-1] // 2
-    x32 = x.to(torch.float32)
-    y = torch.nn.functional.silu(x32[..., :d]) * x32[..., d:]
-    result.copy_((y * scale.to(torch.float32).reciprocal()).clamp(-FP8_MAX, FP8_MAX).to(result.dtype))
+    gate, up = x[..., :d].to(torch.float32), x[..., d:].to(torch.float32)
+    silu = (gate / (1.0 + torch.exp(-gate))).to(x.dtype)
+    product = (silu.to(torch.float32) * up).to(x.dtype)
+    y = product.to(torch.float32) * scale.to(torch.float32).reshape(()).reciprocal()
+    result.copy_(y.clamp(-FP8_MAX, FP8_MAX).to(result.dtype))
 
 
 _CALLS = {"static_scaled_fp8_quant": 0, "silu_and_mul_quant": 0}

@@ -142,7 +142,7 @@ def _checks(raw: Any) -> tuple[CheckLine, ...]:
 
 
 ENGINE_RUN_KEYS = ("engine", "prompts", "k", "acceptance", "acceptance_ratio", "lossless", "predicted", "speed",
-                   "substituted_ops", "concurrency_sweep", "created_at")
+                   "substituted_ops", "concurrency_sweep", "serve_taps", "created_at")
 
 
 def engine_run_of(bench: dict[str, Any]) -> dict[str, Any]:

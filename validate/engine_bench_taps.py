@@ -1,0 +1,41 @@
+"""`bench` on an artifact whose layer ids `quantize --serve-taps` rewrote: the BF16 reference runs twice, as shipped
+and with the artifact's ids, so that the artifact/reference ratio measures quantization alone and the gain of serving
+the trained layers is measured on its own (both by vLLM's counters, paired over the same prompts)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from eagle3_quant.engines.aux_taps import apply_written
+from eagle3_quant.errors import ManifestError
+from eagle3_quant.records.manifest import Manifest
+
+AS_SHIPPED = "reference_as_shipped"      # the run name of the reference with its own ids
+
+
+def written_taps(out: Path) -> dict:
+    """The config fields `--serve-taps` wrote into OUT's config ({}: none, or no manifest says so)."""
+    try:
+        record = Manifest.read(out).serve_taps
+    except ManifestError:
+        return {}
+    return dict(record.written) if record is not None else {}
+
+
+def served_reference(reference: Path, written: dict, folder: Path) -> Path:
+    """`folder`: the reference's files (linked, never copied) with a config.json carrying the artifact's ids."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for item in reference.iterdir():
+        if item.name != "config.json" and not item.name.startswith("."):
+            (folder / item.name).symlink_to(item.resolve())
+    config = json.loads((reference / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps(apply_written(config, written), indent=2, allow_nan=False) + "\n")
+    return folder
+
+
+def taps_section(written: dict, as_shipped, as_served, gain, lossless: dict) -> dict:
+    """bench.json's `serve_taps`: the BF16 draft as shipped vs with the artifact's ids, in vLLM's engine."""
+    return {"written": written, "reference_as_shipped": as_shipped.to_dict(),
+            "reference_as_served": as_served.to_dict(), "gain": gain.to_dict(), "lossless": lossless,
+            "note": "the artifact's acceptance_ratio compares it with the BF16 draft given the same ids"}
