@@ -56,13 +56,14 @@ def _layers(draft: DraftCheckpoint, calib) -> int | None:
 
 def _measure(draft: DraftCheckpoint, calib, candidates: tuple[TapCandidate, ...], device: str) -> list:
     """(candidate, accepted counts per sample) for each candidate the set holds, the BF16 draft fed its layers."""
-    from eagle3_quant.quantize.auto import compute_dtype
     from eagle3_quant.quantize.calibration import calibration_embedding
 
     from eagle3_quant.runtime.acceptance import chain_acceptance
     from eagle3_quant.runtime.loading import load_draft
+    from eagle3_quant.runtime.serving import serving_numerics
 
-    runtime = load_draft(draft.path, device, compute_dtype(device), embedding=calibration_embedding(draft, calib))
+    dtype = serving_numerics(draft.config.torch_dtype).dtype       # as vLLM serves the draft, like validate
+    runtime = load_draft(draft.path, device, dtype, embedding=calibration_embedding(draft, calib))
     return [(c, chain_acceptance(runtime, calib.select(c.indices), TAPS_K)) for c in candidates]
 
 

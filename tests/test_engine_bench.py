@@ -1,7 +1,8 @@
 """`eagle3-quant bench` in vLLM's real engine (``make setup-engine``) on the tiny pair, and its refusals.
 
-The engine runs are few and small (24 prompts x 32 tokens, three runs for the PTPC artifact, three for a damaged
-one); the bad-input cases refuse before any engine, or use a stand-in "engine Python" that crashes or hangs."""
+The engine runs are few and small (24 prompts x 32 tokens, four runs for the PTPC artifact - no draft, the BF16 draft
+with the artifact's layer ids and as shipped, the artifact - and four for a damaged one); the bad-input cases refuse
+before any engine, or use a stand-in "engine Python" that crashes or hangs."""
 
 from __future__ import annotations
 
@@ -72,6 +73,21 @@ def test_vllm_counts_acceptance_per_draft_and_position(ptpc):
         assert len(acc.per_position) == 3 and acc.per_position[0] >= acc.per_position[1] >= acc.per_position[2]
         assert acc.acceptance_length == pytest.approx(1 + sum(acc.per_position))
         assert acc.acceptance_length > 1.3       # a trained draft: well above no acceptance at all
+
+
+@needs_engine
+def test_the_trained_layers_written_by_quantize_raise_vllms_own_acceptance(ptpc):
+    """The fixture's artifact is `quantize`'s default (--serve-taps trained): vLLM feeds it hidden_states[1, 2, 3],
+    the layers the draft was trained on. The BF16 draft runs with the same ids (the ratio is quantization's) and as
+    shipped (vLLM feeds hidden_states[0, 1, 2]): the engine's own counters show the gain, paired over prompts."""
+    _, result = ptpc
+    taps = result.report["serve_taps"]
+    assert taps["written"] == {"eagle_aux_hidden_state_layer_ids": [1, 2, 3]}
+    shipped, served = taps["reference_as_shipped"], taps["reference_as_served"]
+    assert served["acceptance_length"] == result.acceptance["reference"].acceptance_length
+    assert served["acceptance_length"] > shipped["acceptance_length"] + 0.2 and taps["gain"]["interval"][0] > 1
+    assert taps["lossless"]["equal_sequences"] == NUM_PROMPTS
+    assert result.acceptance["artifact"].acceptance_length > shipped["acceptance_length"]
 
 
 @needs_engine

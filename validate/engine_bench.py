@@ -32,10 +32,10 @@ from eagle3_quant.validate.engine_bench_stats import (
     prompt_counts,
     throughput,
 )
-from eagle3_quant.validate.engine_bench_taps import AS_SHIPPED, served_reference, taps_section, written_taps
+from eagle3_quant.validate.engine_bench_taps import AS_SHIPPED, served_reference, taps_section
 from eagle3_quant.validate.gate_choice import artifact_scheme
 from eagle3_quant.validate.report import json_safe
-from eagle3_quant.validate.structure import read_artifact, read_reference
+from eagle3_quant.validate.structure import read_artifact, read_reference, written_taps
 
 from eagle3_quant.engines.environment import (
     CHILDREN,

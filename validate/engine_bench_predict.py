@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 from eagle3_quant.calib.capture import TargetRunner
-from eagle3_quant.calib.engine_taps import engine_taps, tap_record
+from eagle3_quant.calib.engine_taps import capture_taps
 from eagle3_quant.calib.format import CalibrationInfo, CalibrationSample, CalibrationWriter
 from eagle3_quant.calib.target import TargetSpec, load_model
 from eagle3_quant.validate.api import validate_draft
@@ -31,12 +31,11 @@ def capture_states(spec: TargetSpec, config: DraftConfig, prompts: list[list[int
                    folder: Path) -> tuple[Path, int]:
     """A calibration set of prompt + continuation per prompt; and how many continuations are also the target's
     greedy text in transformers."""
-    taps = engine_taps(config, spec.num_layers, "vllm")
+    plan = capture_taps(config, spec.num_layers, "vllm")       # every candidate's layers: validate picks vLLM's
     dtype = getattr(torch, spec.dtype)
-    runner = TargetRunner(load_model(spec, spec.dtype), taps.indices, dtype)
-    info = CalibrationInfo(spec.name, taps.indices, spec.hidden_size, spec.dtype,
-                           "bench: the engine's no-draft greedy continuations",
-                           tap_record(config, spec.num_layers, "vllm").extra())
+    runner = TargetRunner(load_model(spec, spec.dtype), plan.indices, dtype)
+    info = CalibrationInfo(spec.name, plan.indices, spec.hidden_size, spec.dtype,
+                           "bench: the engine's no-draft greedy continuations", plan.record.extra())
     writer = CalibrationWriter(folder, info)
     greedy = 0
     for prompt, continuation in zip(prompts, continuations, strict=True):

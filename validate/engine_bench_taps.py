@@ -8,19 +8,8 @@ import json
 from pathlib import Path
 
 from eagle3_quant.engines.aux_taps import apply_written
-from eagle3_quant.errors import ManifestError
-from eagle3_quant.records.manifest import Manifest
 
 AS_SHIPPED = "reference_as_shipped"      # the run name of the reference with its own ids
-
-
-def written_taps(out: Path) -> dict:
-    """The config fields `--serve-taps` wrote into OUT's config ({}: none, or no manifest says so)."""
-    try:
-        record = Manifest.read(out).serve_taps
-    except ManifestError:
-        return {}
-    return dict(record.written) if record is not None else {}
 
 
 def served_reference(reference: Path, written: dict, folder: Path) -> Path:
