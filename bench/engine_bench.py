@@ -12,11 +12,12 @@ from bench.auto_choice import PAIR
 from bench.contenders import eagle3_quant_bin
 from bench.drafts import DEFAULT_CACHE
 from bench.measure import run_measured
+from eagle3_quant.records.manifest import MANIFEST_NAME
 
 
 def tiny_pair_ptpc(cache: Path) -> Path:
     folder = cache / "tiny-pair-ptpc"
-    if not (folder / "eagle3_quant.json").is_file():
+    if not (folder / MANIFEST_NAME).is_file():
         from eagle3_quant.quantize.api import quantize_draft
 
         quantize_draft(PAIR / "draft", folder, device="cpu", force=True)

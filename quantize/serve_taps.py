@@ -26,6 +26,7 @@ from eagle3_quant.engines.aux_taps import (
 )
 from eagle3_quant.errors import DraftFormatError
 from eagle3_quant.reading.draft import DraftCheckpoint
+from eagle3_quant.reading.formats import DraftFormat
 from eagle3_quant.reading.taps import AUX_KEY, resolve_taps
 from eagle3_quant.records.public_names import public_name
 from eagle3_quant.records.serve_taps import MeasuredTaps, ServeTapsRecord
@@ -91,6 +92,13 @@ def _best(measured: list, trained) -> tuple[TapCandidate | None, str]:
     return None, ""
 
 
+# SafeAILab EAGLE-3's modeling_llama_kv.py appends the input of layers 2, L//2 and L-3 (hidden_states[2, L//2, L-3]),
+# which are the layers vLLM feeds a draft that names no ids (its Eagle3 defaults, counted as layer inputs)
+EAGLE_CONVENTION = ("original EAGLE format without ids: its training code (SafeAILab EAGLE-3) taps the inputs of "
+                    "layers 2, L//2 and L-3, the layers vLLM feeds a draft naming no ids; nothing written (--calib "
+                    "CAL measures the candidates instead)")
+
+
 def _no_ids_error(draft: DraftCheckpoint, why: str) -> DraftFormatError:
     return DraftFormatError(f"the draft names no aux layer ids, so every engine feeds it its default layers "
                             f"(2, L//2, L-3), which need not be the ones it was trained on; {why}",
@@ -132,6 +140,9 @@ def decide_serve_taps(draft: DraftCheckpoint, mode: str, calib_path: Path | None
         reason = f"the config's convention: {trained.origin}, {trained.convention.value} count"
         if any(c.indices == trained.indices for c, _ in measured):
             reason += "; the measurement agrees (no candidate drafts better with a 95% interval above 1)"
+    elif not measured and draft.format is DraftFormat.EAGLE and not config.aux_layer_ids:
+        return TapsDecision(None, {}, _record(mode, None, None, "convention", EAGLE_CONVENTION, {}, {}, feeds, feeds,
+                                              layers, calib_path, measured))
     elif not measured:
         raise _no_ids_error(draft, "no calibration set holds candidates to measure"
                             if calib is None else "the calibration set holds none of the candidate layer sets "

@@ -15,7 +15,7 @@ from fixtures.synthetic import write_synthetic_draft
 
 pytestmark = pytest.mark.slow
 
-VARYING = {"created_at"}                  # top-level manifest keys allowed to differ
+VARYING = {"created_at", "command"}       # top-level manifest keys allowed to differ (the command names a, b)
 VARYING_SOURCE = {"path"}                 # where the source copy lies
 
 

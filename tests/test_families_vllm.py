@@ -63,7 +63,7 @@ def exported(tmp_path_factory):
         src = write_synthetic_draft(root / "src", shape)
         with pytest.MonkeyPatch.context() as patch:
             if shape == "tiny-mla-no-qlora":   # no engine serves it (quantize refuses); its Quark config still
-                patch.setattr("eagle3_quant.quantize.api.check_draft_engines", lambda *args: None)   # matches vLLM's
+                patch.setattr("eagle3_quant.engines.choice.check_draft_engines", lambda *args: None)   # matches vLLM's
             quantize_draft(src, root / "out", device="cpu", engine="vllm")
         out[shape] = (read_draft(src), json.loads((root / "out" / "config.json").read_text())["quantization_config"])
     return out

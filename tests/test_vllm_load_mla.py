@@ -84,7 +84,7 @@ def _quantize(src: Path, out: Path, kwargs: dict) -> Path:
         if kwargs.pop("fp8_kv_b", False):      # no CLI option keeps kv_b_proj FP8: vLLM's dequant path is tested
             patch.setattr(plan, "MLA_DEFAULT_EXCLUDE_REASONS", {})
         if out.name in REFUSED:        # quantize refuses them up front; lifted here to show vLLM's own error
-            patch.setattr("eagle3_quant.quantize.api.check_draft_engines", lambda *args: None)
+            patch.setattr("eagle3_quant.engines.choice.check_draft_engines", lambda *args: None)
         quantize_draft(src, out, device="cpu", engine="vllm", **kwargs)
     return out
 

@@ -28,7 +28,7 @@ class ServeTapsRecord:
     mode: str                             # trained | as-is
     served: list[int] | None              # what every engine named feeds the artifact (None: unknown)
     trained: list[int] | None             # the trained layers, as decided (None: unknown)
-    decided_by: str                       # config | measurement | as-is
+    decided_by: str                       # config | measurement | convention | as-is
     reason: str                           # one line: why these layers
     written: dict[str, Any]               # config field -> value written (eagle_config.KEY: the nested one)
     before: dict[str, Any]                # config field -> its value in the source (None: absent)
