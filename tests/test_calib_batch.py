@@ -74,7 +74,7 @@ def test_bfloat16_batches_agree_within_bfloat16_rounding_and_part_only_at_ties()
 @pytest.mark.slow
 def test_calibrate_batched_or_not_gives_the_same_acceptance(tmp_path):
     """The tiny pair (float32 target): calibrate with --batch-size 1 and the default; validate measures the FP8
-    draft's acceptance on each set: the same chains, the same acceptance lengths."""
+    draft's acceptance on each set: the same chains, the same acceptance within one bf16 rounding's worth."""
     import json
 
     from eagle3_quant.calib.api import calibrate_target
@@ -92,5 +92,10 @@ def test_calibrate_batched_or_not_gives_the_same_acceptance(tmp_path):
     fp8 = quantize_draft(PAIR / "draft", tmp_path / "fp8", device="cpu").output
     reports = {s: validate_draft(fp8, reference=PAIR / "draft", calib=sets[s], kernel=False, vllm=False,
                                  sglang=False).metrics for s in sets}
-    for key in ("acceptance_length_bf16", "acceptance_length_fp8", "drafts"):
-        assert reports[1][key] == pytest.approx(reports[None][key], abs=1e-9), key
+    assert reports[1]["drafts"] == reports[None]["drafts"]                  # the same chains
+    # the drafts compute in bf16 as vLLM serves them: states that differ in the last fp32 bits (batched matmuls)
+    # can flip a bf16 rounding and one chain's count (measured: FP8 2.2736 vs 2.2699 over the same chains)
+    for key in ("acceptance_length_bf16", "acceptance_length_fp8"):
+        assert reports[1][key] == pytest.approx(reports[None][key], abs=0.01), key
+    low, high = reports[1]["acceptance_ratio_interval"]
+    assert low <= reports[None]["acceptance_ratio"] <= high

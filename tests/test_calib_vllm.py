@@ -187,8 +187,9 @@ def test_a_killed_engine_run_resumes_with_the_prompts_it_had_not_finished(tmp_pa
     assert calib.info.extra["capture_backend"] == "vllm" and calib.info.extra["capture_engine"] == "vllm 0.0+stand-in"
     for i, sample in enumerate(calib.samples()):
         prompt_len = sample.generated_from
-        made_up = torch.randn(prompt_len + 16, 3, 128, generator=torch.Generator().manual_seed(i))
-        assert torch.equal(sample.aux_hidden_states, made_up.reshape(prompt_len + 16, 3 * 128))
+        layers = len(calib.info.aux_layer_ids)          # every candidate's layers: vLLM's [0, 1, 2], trained [1, 2, 3]
+        made_up = torch.randn(prompt_len + 16, layers, 128, generator=torch.Generator().manual_seed(i))
+        assert torch.equal(sample.aux_hidden_states, made_up.reshape(prompt_len + 16, layers * 128))
         continuation = sample.input_ids[prompt_len:].tolist()
         last = int(sample.input_ids[prompt_len - 1])
         made_up = [1 + (last + k) % 1000 for k in range(1, 18)]
@@ -209,7 +210,7 @@ def test_vllm_backend_set_equals_the_transformers_set(both_sets):
     sets, results = both_sets
     ours, engine = sets["transformers"], sets["vllm"]
     assert ours.info.differences(engine.info) == ["extra.capture_backend", "extra.capture_engine"]
-    assert engine.info.aux_layer_ids == (0, 1, 2) and engine.info.extra["engine_aux_layer_ids"] == [0, 1, 2]
+    assert engine.info.aux_layer_ids == (0, 1, 2, 3) and engine.info.extra["engine_aux_layer_ids"] == [0, 1, 2]
     assert results["vllm"].generated_tokens == results["transformers"].generated_tokens == 4 * 16
     worst = 0.0
     for a, b in zip(ours.samples(), engine.samples(), strict=True):

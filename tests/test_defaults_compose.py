@@ -15,8 +15,9 @@ from validate_helpers import copy_artifact
 from eagle3_quant.cli import main
 
 pytestmark = pytest.mark.slow
-NOTE = ("vllm feeds this draft hidden_states[0, 1, 2], but its config says it was trained on hidden_states[1, 2, 3]: "
-        "acceptance under vllm may be lower than trained")
+NOTE = ("vllm feeds this draft hidden_states[0, 1, 2] as its config stands, but the config says it was trained on "
+        "hidden_states[1, 2, 3]: `validate` measures the acceptance under each, `quantize` (--serve-taps trained) "
+        "writes the ids so that every engine feeds the trained ones")
 
 
 def test_calibrate_defaults_then_validate_measures_acceptance(tiny_pair, tmp_path, capsys):

@@ -26,8 +26,8 @@ def test_capture_reads_every_state_the_draft_reads(tiny_target, chat_jsonl, targ
                                   aux_layer_ids=ids)
     result = calibrate_target(tiny_target, draft, chat_jsonl, tmp_path / "cal", num_samples=2, seq_len=32,
                               min_tokens=4, engine="sglang")
-    assert result.taps == taps
-    calib = load_calibration(tmp_path / "cal")
+    assert set(taps) <= set(result.taps)         # the set holds every candidate's layers; SGLang's among them
+    calib = load_calibration(tmp_path / "cal").select(taps)
     h = TARGET.hidden
     for sample in calib.samples():
         t = sample.input_ids.shape[0]
