@@ -24,7 +24,7 @@ from eagle3_quant.engines.aux_taps import (
     tap_candidates,
     trained_taps,
 )
-from eagle3_quant.errors import DraftFormatError
+from eagle3_quant.errors import DraftFormatError, Eagle3QuantError
 from eagle3_quant.reading.draft import DraftCheckpoint
 from eagle3_quant.reading.formats import DraftFormat
 from eagle3_quant.reading.taps import AUX_KEY, resolve_taps
@@ -121,7 +121,12 @@ def decide_serve_taps(draft: DraftCheckpoint, mode: str, calib_path: Path | None
     trained = trained_taps(config, layers)
     feeds = {f.reader: f for f in engine_feeds(config, layers)}
     candidates = held_candidates(config, calib.stored_layers, calib.info.extra, layers) if calib else ()
-    measured = _measure(draft, calib, candidates, device) if candidates else []
+    measured, unmeasured = [], ""
+    if candidates:
+        try:
+            measured = _measure(draft, calib, candidates, device)
+        except Eagle3QuantError as exc:     # the draft cannot run on this set here: the config decides, said so
+            unmeasured = f"; the candidates were not measured: {exc.message}"
     final_unknown = config.aux_includes_final_layer and layers is None
     if mode == "as-is" or final_unknown:
         served = feeds["vllm"].indices if feeds["vllm"].problem is None else None
@@ -137,7 +142,7 @@ def decide_serve_taps(draft: DraftCheckpoint, mode: str, calib_path: Path | None
         chosen, decided_by, reason = best.indices, "measurement", why
     elif trained is not None:
         chosen, decided_by = trained.indices, "config"
-        reason = f"the config's convention: {trained.origin}, {trained.convention.value} count"
+        reason = f"the config's convention: {trained.origin}, {trained.convention.value} count{unmeasured}"
         if any(c.indices == trained.indices for c, _ in measured):
             reason += "; the measurement agrees (no candidate drafts better with a 95% interval above 1)"
     elif not measured and draft.format is DraftFormat.EAGLE and not config.aux_layer_ids:

@@ -43,5 +43,7 @@ def test_calibrate_defaults_then_validate_measures_acceptance(tiny_pair, tmp_pat
     checks = {c["name"]: c for c in report["checks"]}
     assert checks["acceptance_ratio"]["detail"].startswith("acceptance length FP8"), checks["acceptance_ratio"]
     assert report["metrics"]["drafts"] > 100 and report["metrics"]["acceptance_length_bf16"] > 1.0
-    assert report["metrics"]["taps"]["notes"] == [NOTE]
+    # the artifact is quantize's default (--serve-taps trained): vLLM now feeds it the trained layers
+    assert report["metrics"]["aux_layer_ids"] == [1, 2, 3]
+    assert not any(n.startswith("vllm feeds") for n in report["metrics"]["taps"]["notes"])
     assert checks["sglang_load"]["status"] == "skipped"

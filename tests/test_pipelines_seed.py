@@ -101,7 +101,8 @@ def test_pipeline_imports_a_vllm_dump_and_validates_with_it(tmp_path):
     data = {"pipeline_version": 1, "source": str(PAIR / "draft"), "target": str(PAIR / "target"),
             "workdir": str(tmp_path / "w"), "push": {"enabled": False},
             "calibrate": {"from_dump": str(dump), "format": "vllm"},
-            "validate": {"gates": {"min_acceptance_ratio": 0.9}},      # 6 samples: a wide interval
+            # 6 samples: a wide interval; top-1 over ~150 positions in bf16 (vLLM's numerics) moves by a few flips
+            "validate": {"gates": {"min_acceptance_ratio": 0.9, "min_top1_agreement": 0.8}},
             "bench": {"num_prompts": 4, "max_tokens": 16}}             # vLLM's engine on the set's prompts
     path = tmp_path / "p.yaml"
     path.write_text(yaml.safe_dump(data))

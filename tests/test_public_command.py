@@ -61,12 +61,12 @@ def test_a_hub_source_and_default_options_are_kept_as_typed():
 
 
 def _calibration(folder: Path, target: Path, taps: tuple[int, ...]) -> Path:
-    """A tiny set at the draft's taps: random states, the target's 'greedy' continuation from position 8."""
+    """A tiny set holding `taps`: random states, the target's 'greedy' continuation from position 8."""
     gen = torch.Generator().manual_seed(0)
     writer = CalibrationWriter(folder, CalibrationInfo(str(target), taps, 64, "bfloat16", "tests"))
     for _ in range(3):
         ids = torch.randint(0, 512, (24,), generator=gen)
-        writer.add(CalibrationSample(ids, torch.randn(24, 192, generator=gen).to(torch.bfloat16),
+        writer.add(CalibrationSample(ids, torch.randn(24, 64 * len(taps), generator=gen).to(torch.bfloat16),
                                      torch.roll(ids, -1), 8))
     writer.close()
     return folder
@@ -83,7 +83,7 @@ def test_no_published_file_holds_a_local_path(tmp_path, capsys):
     home = tmp_path / "home" / "alice"
     src = write_synthetic_draft(home / "drafts" / "my-draft", "tiny", aux_layer_ids=[2, 4, 5])
     target = write_target(home / "models" / "my-target")
-    cal = _calibration(home / "sets" / "my-cal", target, (2, 4, 5))
+    cal = _calibration(home / "sets" / "my-cal", target, (2, 3, 4, 5, 6))   # vLLM's [2, 4, 5] and the trained [3, 5, 6]
     out = home / "out" / "my-draft-fp8"
     for argv in (["quantize", str(src), str(out), "--scheme", "fp8", "--calib", str(cal), "--auto-exclude", "0.5",
                   "--device", "cpu"],

@@ -228,7 +228,8 @@ def test_fp8_mla_draft_with_its_mlp_gate_up_in_bf16_keeps_99_percent(tiny_pair, 
 @pytest.mark.slow
 def test_smoothed_mla_draft_is_validated_against_the_unsmoothed_draft(tiny_pair, tmp_path):
     """`--smooth-alpha 0.5` (bench/mla_fp8_remedies.py): measured ratio 0.9907 (95% CI 0.9850..0.9963), top-1
-    0.9507, within the default plan's interval: activations have no outlier channels to migrate
+    0.9507 with the fp32 prediction; 0.9977 in vLLM's serving numerics (bf16, what validate computes now), within
+    the default plan's interval: activations have no outlier channels to migrate
     (docs/families.md). validate judges it against the unsmoothed BF16 draft: folded BF16 tensors and FP8
     weights are left out of the byte and SQNR comparisons, everything else is checked as usual."""
     from eagle3_quant.quantize.api import quantize_draft
@@ -242,6 +243,6 @@ def test_smoothed_mla_draft_is_validated_against_the_unsmoothed_draft(tiny_pair,
     status = {c.name: c.status for c in checked.checks}
     assert status["unchanged_parts"] == "passed" and status["weight_sqnr"] in ("passed", "skipped")
     m = checked.metrics
-    assert abs(m["acceptance_ratio"] - 0.9907) < 5e-4 and m["drafts"] >= 6000
+    assert abs(m["acceptance_ratio"] - 0.9977) < 5e-4 and m["drafts"] >= 6000
     low, high = m["acceptance_ratio_interval"]
     assert low <= m["acceptance_ratio"] <= high and high - low <= 0.02

@@ -15,7 +15,7 @@ from eagle3_quant.quantize.vocab_prune import choose_vocab
 from safetensors.torch import save_file
 
 from eagle3_quant.cli import main
-from eagle3_quant.errors import CalibrationDataError, SchemeError
+from eagle3_quant.errors import DraftFormatError, SchemeError
 from fixtures.synthetic import DraftShape, write_synthetic_draft
 
 VOCAB = 512
@@ -92,7 +92,7 @@ def test_refusals_leave_nothing(tmp_path: Path, capsys):
     with pytest.raises(SchemeError, match="1..256"):
         quantize_draft(src, tmp_path / "out", device="cpu", calib=cal, draft_vocab=300)
     bad = write_calibration(tmp_path / "cal-big", tmp_path / "target", samples=2, vocab=4096)
-    with pytest.raises(CalibrationDataError, match="another target"):
+    with pytest.raises(DraftFormatError, match="another target"):
         quantize_draft(src, tmp_path / "out", device="cpu", calib=bad, draft_vocab=100)
     with pytest.raises(SystemExit) as exit_:
         main(["quantize", str(src), str(tmp_path / "out"), "--quantize-lm-head"])
