@@ -125,8 +125,10 @@ def decide_serve_taps(draft: DraftCheckpoint, mode: str, calib_path: Path | None
     if candidates:
         try:
             measured = _measure(draft, calib, candidates, device)
-        except Eagle3QuantError as exc:     # the draft cannot run on this set here: the config decides, said so
-            unmeasured = f"; the candidates were not measured: {exc.message}"
+        except Exception as exc:   # noqa: BLE001 - the draft cannot run on this set here (its embedding, the
+            # target's files out of reach): the measurement is optional, the config decides, and the reason says so
+            why = exc.message if isinstance(exc, Eagle3QuantError) else f"{type(exc).__name__}: {exc}"
+            unmeasured = f"; the candidates were not measured: {' '.join(why.split())[:200]}"
     final_unknown = config.aux_includes_final_layer and layers is None
     if mode == "as-is" or final_unknown:
         served = feeds["vllm"].indices if feeds["vllm"].problem is None else None
