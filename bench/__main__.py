@@ -157,8 +157,17 @@ def bench_calib_capture() -> list[dict[str, Any]]:
 
 
 def bench_calib_backends() -> dict[str, Any]:
-    """Calibration tokens/s with the target in transformers and in vLLM's engine, on the tiny real pair."""
-    return parse_last_json(run_measured([PYTHON, "-m", "bench.calib_backends"], cwd=REPO).stdout)
+    """Calibration tokens/s with the target in transformers and in vLLM's engine, on the tiny pair and, once
+    `make real-pair` has prepared it, on the real pair (SmolLM2-135M-Instruct, bf16)."""
+    from fixtures.real_pair.target import DONE, cache_dir
+
+    results = {"tiny": parse_last_json(run_measured([PYTHON, "-m", "bench.calib_backends"], cwd=REPO).stdout)}
+    if (cache_dir() / "target" / DONE).is_file():
+        command = [PYTHON, "-m", "bench.calib_backends", "--pair", "real", "--dtype", "bfloat16", "--seq-len", "384"]
+        results["real"] = parse_last_json(run_measured(command, cwd=REPO).stdout)
+    else:
+        results["real"] = {"skipped": "the real pair is not prepared: make real-pair"}
+    return results
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

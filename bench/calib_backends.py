@@ -1,8 +1,8 @@
-"""Calibration tokens/s of both backends on the tiny real pair: `calibrate_target` with the target in transformers
-(this process, one prompt at a time) and in vLLM's engine (`--backend vllm`: its own Python, one batch), on the
-same held-out prompts; and how far the two sets are apart.
+"""Calibration tokens/s of both backends on the tiny pair or the real pair (SmolLM2-135M-Instruct, `make real-pair`):
+`calibrate_target` with the target in transformers (this process, batched) and in vLLM's engine (`--backend vllm`:
+its own Python, one batch), on the same held-out prompts; and how far the two sets are apart.
 
-    python -m bench.calib_backends [--samples 32] [--seq-len 256] [--generate-tokens 32] [--dtype float32]
+    python -m bench.calib_backends [--pair tiny|real] [--samples 32] [--seq-len 256] [--generate-tokens 32]
 
 Capture tokens/s leave out the model (engine) load, as `calibrate` reports them; end-to-end tokens/s divide by the
 whole call (the engine's start, import and load included). Prints one JSON line. Without an engine environment
@@ -46,21 +46,31 @@ def compare(a: Path, b: Path) -> dict:
     return {"tokens_equal": same_tokens, "max_abs_state_diff": float(f"{worst:.3g}"), "max_abs_state": round(scale, 3)}
 
 
-def measure(samples: int, seq_len: int, generate_tokens: int, dtype: str) -> dict:
+def pair_files(pair: str, root: Path) -> tuple[Path, Path, Path]:
+    """(target, draft, held-out prompts) of the tiny or the real pair."""
+    if pair == "tiny":
+        return PAIR / "target", PAIR / "draft", heldout_rows(root / "heldout.jsonl")
+    from fixtures.real_pair.draft_files import DRAFT_DIR
+    from fixtures.real_pair.prompts import HELDOUT_FILE
+    from fixtures.real_pair.target import prepare
+
+    return prepare(), DRAFT_DIR, HELDOUT_FILE
+
+
+def measure(samples: int, seq_len: int, generate_tokens: int, dtype: str, pair: str = "tiny") -> dict:
     from eagle3_quant.calib.api import calibrate_target
 
     from eagle3_quant.errors import EngineError
 
     options = {"num_samples": samples, "seq_len": seq_len, "generate_tokens": generate_tokens, "dtype": dtype}
-    report: dict = {"pair": "tests/fixtures/tiny_pair", "samples": samples, "seq_len": seq_len,
+    report: dict = {"pair": pair, "samples": samples, "seq_len": seq_len,
                     "generate_tokens": generate_tokens, "dtype": dtype}
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        data = heldout_rows(root / "heldout.jsonl")
+        target, draft, data = pair_files(pair, root)
         for backend in ("transformers", "vllm"):
             try:
-                result = calibrate_target(PAIR / "target", PAIR / "draft", data, root / backend, backend=backend,
-                                          **options)
+                result = calibrate_target(target, draft, data, root / backend, backend=backend, **options)
             except EngineError as exc:
                 report[backend] = {"skipped": str(exc)}
                 continue
@@ -80,8 +90,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--seq-len", type=int, default=256, help="prompt + generated tokens at most")
     parser.add_argument("--generate-tokens", type=int, default=32)
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
+    parser.add_argument("--pair", default="tiny", choices=("tiny", "real"))
     args = parser.parse_args(argv)
-    result = measure(args.samples, args.seq_len, args.generate_tokens, args.dtype)
+    result = measure(args.samples, args.seq_len, args.generate_tokens, args.dtype, args.pair)
     print(json.dumps(result))
     return result
 

@@ -85,8 +85,8 @@ def format_extras(results: dict[str, Any]) -> str:
         lines.append(f"draft forward throughput: {tp}")
     for run in results.get("calib_capture", []):
         lines.append(format_capture(run))
-    if "calib_backends" in results:
-        lines.append(format_backends(results["calib_backends"]))
+    for run in results.get("calib_backends", {}).values():
+        lines.append(format_backends(run))
     if "calib_share" in results:
         from bench.calib_share import format_share
 
@@ -113,6 +113,9 @@ def format_capture(run: dict[str, Any]) -> str:
 
 def format_backends(run: dict[str, Any]) -> str:
     """One line: calibrate's tokens/s with the target in transformers and in vLLM's engine, and how far apart."""
+    if "skipped" in run:
+        return f"calibrate backends: skipped ({run['skipped']})"
+
     def side(name: str) -> str:
         got = run[name]
         if "skipped" in got:
@@ -124,5 +127,5 @@ def format_backends(run: dict[str, Any]) -> str:
     diff = run.get("difference")
     apart = (f"; tokens {'equal' if diff['tokens_equal'] else 'DIFFER'}, max |state diff| "
              f"{diff['max_abs_state_diff']:.2g}" if diff else "")
-    return (f"calibrate backends (tiny pair, {run['samples']} prompts, <= {run['seq_len']} tokens with "
+    return (f"calibrate backends ({run['pair']} pair, {run['samples']} prompts, <= {run['seq_len']} tokens with "
             f"{run['generate_tokens']} generated, {run['dtype']}): {side('transformers')}, {side('vllm')}{apart}")
