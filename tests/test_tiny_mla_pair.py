@@ -136,8 +136,10 @@ def test_the_bf16_mla_draft_meets_the_bars(tiny_pair, report):
 
 @pytest.mark.slow
 def test_fp8_mla_draft_acceptance_is_measured_with_its_interval(report, mla_fp8):
-    """Measured (docs/families.md): ratio 0.9872, 95% CI 0.9808..0.9937, top-1 0.9483 over 6590 chains; the
-    Llama draft keeps 1.0017. validate's gates judge it: both fidelity gates fail, every other check passes."""
+    """Measured (docs/families.md, fp32 prediction): ratio 0.9872, 95% CI 0.9808..0.9937, top-1 0.9483 over 6590
+    chains; in vLLM's serving numerics (bf16, what validate computes) about 0.992 (0.985..0.998), top-1 0.947; the
+    Llama draft keeps 1.0017. validate's gates judge it: the fidelity gates a value misses fail (top-1 at least),
+    every other check passes."""
     m = report.metrics
     print(f"\ntiny MLA pair: acceptance length BF16 {m['acceptance_length_bf16']:.4f}, FP8 "
           f"{m['acceptance_length_fp8']:.4f}, ratio {m['acceptance_ratio']:.4f} "
@@ -162,9 +164,10 @@ def test_fp8_mla_draft_acceptance_is_measured_with_its_interval(report, mla_fp8)
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="round-to-nearest PTPC FP8 keeps 0.9872 (95% CI 0.9808..0.9937) of the "
-                   "tiny MLA draft's acceptance length (0.9845 over 53K held-out chains), not >= 0.99; --gptq keeps "
-                   ">= 0.99 with the same plan and bytes (test below, docs/families.md)")
+@pytest.mark.xfail(strict=True, reason="round-to-nearest PTPC FP8 does not pass validate on the tiny MLA draft: "
+                   "in vLLM's serving numerics (bf16) ratio about 0.992 (95% CI 0.985..0.998) and top-1 about 0.947, "
+                   "under the 0.95 gate (fp32: 0.9872, 0.9808..0.9937; 0.9845 over 53K held-out chains); --gptq "
+                   "keeps >= 0.99 with the same plan and bytes (test below, docs/families.md)")
 def test_fp8_mla_draft_keeps_99_percent_of_the_bf16_acceptance(report):
     assert report.metrics["acceptance_ratio"] >= 0.99 and report.passed
 
