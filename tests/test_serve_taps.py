@@ -29,8 +29,12 @@ from eagle3_quant.records.manifest import Manifest
 
 pytestmark = pytest.mark.slow
 NESTED = "eagle_config"
-# the BF16 draft on the union set (prompts 0-127 + 48 greedy tokens, 6590 chains, k=3, fp32), measured here
-TRAINED_LENGTH, SHIPPED_LENGTH = 2.221, 1.718     # BF16 draft, vLLM's serving numerics (bf16)
+# The BF16 draft on the union set (prompts 0-127 + 48 greedy tokens, 6590 chains, k=3, vLLM's serving numerics):
+# measured about 2.22 on the trained layers, 1.72 on the layers vLLM feeds it as shipped. Those digits move with the
+# CPU and the thread count (bf16 sums), and the 95% interval of a length over these chains is about +-0.03, so the
+# tests assert the claim: the trained layers keep the pair's bar (fixtures/make_tiny_pair.py: 2.0), vLLM's shipped
+# layers lose most of the gain (below 1.8), for the BF16 and the FP8 draft alike.
+TRAINED_BAR, SHIPPED_BAR = 2.0, 1.8
 EVERYONE = "trained=vllm=vllm_v2=sglang"     # the candidate every reader feeds after --serve-taps trained
 
 
@@ -70,8 +74,8 @@ def test_the_manifest_records_what_was_written_why_and_the_measured_acceptance(a
     measured = {m.name: m for m in record.measured}
     assert measured.keys() == {"trained=sglang", "vllm"} and measured["vllm"].indices == [0, 1, 2]
     assert measured["trained=sglang"].drafts == measured["vllm"].drafts > 6000
-    assert measured["trained=sglang"].acceptance_length == pytest.approx(TRAINED_LENGTH, abs=0.01)
-    assert measured["vllm"].acceptance_length == pytest.approx(SHIPPED_LENGTH, abs=0.01)
+    trained, shipped = measured["trained=sglang"].acceptance_length, measured["vllm"].acceptance_length
+    assert trained >= TRAINED_BAR > SHIPPED_BAR > shipped
     as_is = Manifest.read(artifacts["as-is"]).serve_taps
     assert (as_is.mode, as_is.written, as_is.served, as_is.measured) == ("as-is", {}, [0, 1, 2], [])
     assert as_is.feeds_after == {"vllm": [0, 1, 2], "vllm_v2": None, "sglang": [1, 2, 3]}   # depth unknown: V2's
@@ -90,14 +94,16 @@ def test_validate_measures_the_acceptance_under_each_candidate(reports):
     rows = {r["name"]: r for r in trained["taps"]["measured"]}
     assert list(rows) == [EVERYONE, "source:vllm"] and rows["source:vllm"]["indices"] == [0, 1, 2]
     assert rows[EVERYONE]["fed_by"] == ["vllm", "vllm_v2", "sglang"] and rows["source:vllm"]["fed_by"] == []
-    assert rows[EVERYONE]["acceptance_length_bf16"] == pytest.approx(TRAINED_LENGTH, abs=0.01)
-    assert rows["source:vllm"]["acceptance_length_bf16"] == pytest.approx(SHIPPED_LENGTH, abs=0.01)
-    assert rows[EVERYONE]["acceptance_length_fp8"] > 2.2 > 1.8 > rows["source:vllm"]["acceptance_length_fp8"]
+    for precision in ("bf16", "fp8"):
+        key = f"acceptance_length_{precision}"
+        assert rows[EVERYONE][key] >= TRAINED_BAR > SHIPPED_BAR > rows["source:vllm"][key], precision
     assert trained["acceptance_length_fp8"] == rows[EVERYONE]["acceptance_length_fp8"]
     assert trained["taps"]["best"] == EVERYONE and trained["taps"]["notes"] == []
     fed = {r["name"]: r["fed_by"] for r in as_is["taps"]["measured"]}
     assert fed == {"trained=sglang": ["sglang"], "vllm": ["vllm"]}
-    assert as_is["acceptance_length_bf16"] == pytest.approx(SHIPPED_LENGTH, abs=0.01)    # the gates: vLLM's layers
+    assert as_is["acceptance_length_bf16"] < SHIPPED_BAR                  # the gates: vLLM's layers
+    # the same simulation on the same set and weights, in one process: equal on any machine
+    assert as_is["acceptance_length_bf16"] == rows["source:vllm"]["acceptance_length_bf16"]
     assert as_is["taps"]["best"] == "trained=sglang"
     assert any(n.startswith("vllm feeds this draft hidden_states[0, 1, 2]") for n in as_is["taps"]["notes"])
     checks = {c.name: c for c in reports["trained"].checks}
@@ -142,9 +148,10 @@ def test_the_card_states_each_engines_layers_and_the_acceptance_under_each(artif
     assert rows.keys() == {f"{EVERYONE} (served)", "source:vllm"}
     served, shipped = rows[f"{EVERYONE} (served)"], rows["source:vllm"]
     assert served[2] == "vLLM, model runner V1, vLLM, model runner V2, SGLang 0.5.23" and shipped[2] == "-"
-    assert float(served[3]) == pytest.approx(TRAINED_LENGTH, abs=0.01) == float(served[4])   # quantize, validate
-    assert float(shipped[3]) == pytest.approx(SHIPPED_LENGTH, abs=0.01) == float(shipped[4])
-    assert float(served[5]) > 2.2 > 1.8 > float(shipped[5])                                    # the FP8 draft
+    # BF16 as quantize measured it, as validate did (the same simulation and set: the same printed digits), FP8
+    assert served[3] == served[4] and shipped[3] == shipped[4]
+    for column in (3, 5):
+        assert float(served[column]) >= TRAINED_BAR > SHIPPED_BAR > float(shipped[column]), column
     assert f"Best measured candidate for this FP8 draft: {EVERYONE}." in text
     assert "OUT --scheme ptpc_fp8 --calib CAL" not in text        # decided by the config, no set needed
     as_is = build_card(artifacts["as-is"], "org/tiny-fp8").text

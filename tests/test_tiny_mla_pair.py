@@ -136,8 +136,10 @@ def test_the_bf16_mla_draft_meets_the_bars(tiny_pair, report):
 
 @pytest.mark.slow
 def test_fp8_mla_draft_acceptance_is_measured_with_its_interval(report, mla_fp8):
-    """Measured (docs/families.md): ratio 0.9872, 95% CI 0.9808..0.9937, top-1 0.9483 over 6590 chains; the
-    Llama draft keeps 1.0017. validate's gates judge it: both fidelity gates fail, every other check passes."""
+    """Measured (docs/families.md, fp32 prediction): ratio 0.9872, 95% CI 0.9808..0.9937, top-1 0.9483 over 6590
+    chains; in vLLM's serving numerics (bf16, what validate computes) about 0.992 (0.985..0.998), top-1 0.947; the
+    Llama draft keeps 1.0017. validate's gates judge it: the fidelity gates a value misses fail (top-1 at least),
+    every other check passes."""
     m = report.metrics
     print(f"\ntiny MLA pair: acceptance length BF16 {m['acceptance_length_bf16']:.4f}, FP8 "
           f"{m['acceptance_length_fp8']:.4f}, ratio {m['acceptance_ratio']:.4f} "
@@ -162,9 +164,10 @@ def test_fp8_mla_draft_acceptance_is_measured_with_its_interval(report, mla_fp8)
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="round-to-nearest PTPC FP8 keeps 0.9872 (95% CI 0.9808..0.9937) of the "
-                   "tiny MLA draft's acceptance length (0.9845 over 53K held-out chains), not >= 0.99; --gptq keeps "
-                   ">= 0.99 with the same plan and bytes (test below, docs/families.md)")
+@pytest.mark.xfail(strict=True, reason="round-to-nearest PTPC FP8 does not pass validate on the tiny MLA draft: "
+                   "in vLLM's serving numerics (bf16) ratio about 0.992 (95% CI 0.985..0.998) and top-1 about 0.947, "
+                   "under the 0.95 gate (fp32: 0.9872, 0.9808..0.9937; 0.9845 over 53K held-out chains); --gptq "
+                   "keeps >= 0.99 with the same plan and bytes (test below, docs/families.md)")
 def test_fp8_mla_draft_keeps_99_percent_of_the_bf16_acceptance(report):
     assert report.metrics["acceptance_ratio"] >= 0.99 and report.passed
 
@@ -226,10 +229,10 @@ def test_fp8_mla_draft_with_its_mlp_gate_up_in_bf16_keeps_99_percent(tiny_pair, 
 
 
 @pytest.mark.slow
-def test_smoothed_mla_draft_is_validated_against_the_unsmoothed_draft(tiny_pair, tmp_path):
+def test_smoothed_mla_draft_is_validated_against_the_unsmoothed_draft(tiny_pair, report, tmp_path):
     """`--smooth-alpha 0.5` (bench/mla_fp8_remedies.py): measured ratio 0.9907 (95% CI 0.9850..0.9963), top-1
-    0.9507 with the fp32 prediction; 0.9977 in vLLM's serving numerics (bf16, what validate computes now), within
-    the default plan's interval: activations have no outlier channels to migrate
+    0.9507 with the fp32 prediction; about 0.997 in vLLM's serving numerics (bf16, what validate computes now),
+    its interval overlapping the default plan's: activations have no outlier channels to migrate
     (docs/families.md). validate judges it against the unsmoothed BF16 draft: folded BF16 tensors and FP8
     weights are left out of the byte and SQNR comparisons, everything else is checked as usual."""
     from eagle3_quant.quantize.api import quantize_draft
@@ -242,7 +245,17 @@ def test_smoothed_mla_draft_is_validated_against_the_unsmoothed_draft(tiny_pair,
     checked = validate_draft(result.output, reference=MLA_DRAFT, calib=tiny_pair.calib, gates=Gates(), kernel=False)
     status = {c.name: c.status for c in checked.checks}
     assert status["unchanged_parts"] == "passed" and status["weight_sqnr"] in ("passed", "skipped")
-    m = checked.metrics
-    assert abs(m["acceptance_ratio"] - 0.9977) < 5e-4 and m["drafts"] >= 6000
+    m, default = checked.metrics, report.metrics
     low, high = m["acceptance_ratio_interval"]
+    default_low, default_high = default["acceptance_ratio_interval"]
+    print(f"\ntiny MLA pair, --smooth-alpha 0.5: ratio {m['acceptance_ratio']:.4f} [{low:.4f}, {high:.4f}], "
+          f"top-1 {m['top1_agreement']:.4f}; default plan {default['acceptance_ratio']:.4f} "
+          f"[{default_low:.4f}, {default_high:.4f}]")
+    assert m["drafts"] == default["drafts"] >= 6000
     assert low <= m["acceptance_ratio"] <= high and high - low <= 0.02
+    # The claim, not one machine's digits (bf16 sums differ in the 4th decimal from one CPU or thread count to the
+    # next): the smoothed draft keeps the acceptance gate, and its 95% interval overlaps the default plan's on the
+    # same chains (smoothing moves nothing these chains resolve). Its point sits near the default plan's upper end
+    # (0.997 against 0.992 [0.985, 0.998] measured), too near for "inside the other's interval" on every machine.
+    assert m["acceptance_ratio"] >= checked.gates.min_acceptance_ratio and status["acceptance_ratio"] == "passed"
+    assert low <= default_high and default_low <= high
