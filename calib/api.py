@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 
 from eagle3_quant.calib.backends import Backend
+from eagle3_quant.calib.engine_preflight import check_writable, engine_preflight
 from eagle3_quant.calib.engine_taps import CapturePlan, capture_taps
 from eagle3_quant.calib.format import CalibrationInfo, load_calibration
 from eagle3_quant.calib.options import CalibrationOptions
@@ -46,7 +47,11 @@ def calibrate_target(target: str | Path, draft: str | Path, data: str | Path, ou
     check_inputs_apart(out, draft_ckpt.path, Path(spec.name))
     check_target(spec, draft_ckpt.config, str(draft_ckpt.path))
     plan = capture_taps(draft_ckpt.config, spec.num_layers, opts.engine, opts.tap_convention, opts.aux_layer_ids)
-    tokenizer = load_tokenizer(spec, opts.trust_remote_code)
+    if engine:           # before the engine starts: what `bench` checks too (the taps were checked just above)
+        tokenizer = engine_preflight(out, spec, {}, trust_remote_code=opts.trust_remote_code)
+    else:
+        tokenizer = load_tokenizer(spec, opts.trust_remote_code)
+        check_writable(out)
     prompt_spec = PromptSpec(_data_name(data), opts.num_samples, opts.seq_len, opts.seed, opts.column, opts.split,
                              opts.subset, opts.min_tokens, opts.generate_tokens)
     prompts = sample_prompts(prompt_spec, tokenizer)

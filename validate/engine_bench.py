@@ -5,9 +5,11 @@ offline prediction of `validate` on the same prompts and continuations, and toke
 
 The engine runs in its own environment and process (``eagle3_quant/engines/runner.py``, ``environment.py``); the
 child is ``eagle3_quant/engines/vllm_bench_child.py``, one per draft. Everything that cannot work is refused in one
-line before any engine starts: a target the draft does not fit, no engine environment, a scheme the engine cannot
-load. Writes ``OUT/bench.json`` (atomically, at the end; no local paths) and the ``engine_run`` of OUT's validation
-report when that report is about the same files.
+line before any engine starts (``calib/engine_preflight.py``, shared with `calibrate --backend vllm`): a target
+the draft does not fit or without a tokenizer, layer ids beyond the target's depth, an artifact that is not what its
+manifest says, an OUT that cannot be written, bad prompts, no engine environment, a scheme the engine cannot load.
+Writes ``OUT/bench.json`` (atomically, at the end; no local paths) and the ``engine_run`` of OUT's validation report
+when that report is about the same files.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from eagle3_quant.calib.engine_preflight import engine_preflight
 from eagle3_quant.calib.target import TargetSpec, check_target, read_target
 from eagle3_quant.validate.bench_options import BenchOptions
 from eagle3_quant.validate.engine_bench_prompts import load_prompts
@@ -158,13 +161,15 @@ def bench_draft(out: str | Path, options: BenchOptions | None = None, *, progres
     opts = build_options(BenchOptions, options, overrides)
     out = Path(out).expanduser().resolve()
     art, reference, target = _check_inputs(opts, out)
+    engine_preflight(out, target, {"artifact": (art.config, out), "reference": (reference.config, reference.path)},
+                     artifact=out)
+    prompts, prompt_source = load_prompts(opts, target)
     python = find_engine_python(opts.engine_python)
     info = probe_engine(python)
     scheme = artifact_scheme(out, art.quant_config)
     refusal = engine_refusal(info, scheme)
     if refusal:
         raise EngineError(refusal, path=out)
-    prompts, prompt_source = load_prompts(opts, target)
     files = artifact_digests(out)
     sweep = None
     if opts.concurrency and not info.cpu:
