@@ -40,6 +40,7 @@ from eagle3_quant.validate.gate_choice import artifact_scheme
 from eagle3_quant.validate.report import json_safe
 from eagle3_quant.validate.structure import read_artifact, read_reference, written_taps
 
+from eagle3_quant.engines.bench_result import result_problem
 from eagle3_quant.engines.environment import (
     CHILDREN,
     EngineInfo,
@@ -48,7 +49,7 @@ from eagle3_quant.engines.environment import (
     find_engine_python,
     probe_engine,
 )
-from eagle3_quant.engines.runner import ChildCommand, run_child
+from eagle3_quant.engines.runner import ChildCommand, ChildRun, run_child
 from eagle3_quant.errors import DraftFormatError, EngineError, OptionsError
 from eagle3_quant.options import build_options
 from eagle3_quant.records.evidence import BENCH_NAME, artifact_digests
@@ -126,6 +127,22 @@ def _check_inputs(opts: BenchOptions, out: Path):
     return art, reference, target
 
 
+def _engine_result(run: ChildRun, command: ChildCommand, request: dict, target: TargetSpec, sweep: dict | None,
+                   log: Path) -> dict:
+    """The child's result once it fits the schema (`bench_result.py`); else the engine's failure, in one line naming
+    the log of its last lines (kept beside OUT)."""
+    result = run.checked()
+    problem = result_problem(result, len(request["prompts"]), request["k"], target.vocab_size, sweep)
+    if problem is None:
+        return result
+    try:
+        log.write_text(run.stderr_tail + "\n")
+        where = f"the engine's last log lines: {log}"
+    except OSError as exc:
+        where = f"its log could not be kept ({exc.strerror or exc})"
+    raise EngineError(f"{command.name} returned a result bench cannot use: {problem}", hint=where)
+
+
 def sweep_section(opts: BenchOptions, info: EngineInfo, runs: dict[str, dict]) -> dict[str, Any]:
     """`concurrency_sweep`: not requested; skipped on a CPU engine, with the reason; else the measured points."""
     if not opts.concurrency:
@@ -186,7 +203,8 @@ def bench_draft(out: str | Path, options: BenchOptions | None = None, *, progres
         for name, request in _requests(opts, target, drafts, prompts, sweep).items():
             progress.say(f"vLLM {info.version} on {info.device}: {len(prompts)} prompts x {opts.max_tokens} "
                          f"tokens, draft: {name}")
-            runs[name] = run_child(command, request, opts.timeout_s).checked()
+            runs[name] = _engine_result(run_child(command, request, opts.timeout_s), command, request, target, sweep,
+                                        out.parent / f".{out.name}.bench-{name}.log")
     k = opts.k
     drafted = [name for name in drafts if name != "none"]
     counts = {name: prompt_counts(runs[name]["per_request"], k) for name in drafted}
