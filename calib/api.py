@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import time
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from eagle3_quant.calib.result import CalibrationResult, estimate_bytes, set_byt
 from eagle3_quant.calib.staging import ResumableOutput, check_inputs_apart, finished_set
 from eagle3_quant.calib.target import check_target, load_tokenizer, read_target
 from eagle3_quant.calib.transformers_capture import capture_with_transformers
-from eagle3_quant.calib.vllm_capture import capture_with_vllm, find_vllm, with_engine
+from eagle3_quant.calib.vllm_capture import capture_with_vllm, export_dir, find_vllm, with_engine
 
 from eagle3_quant.options import build_options
 from eagle3_quant.reading.draft import read_draft
@@ -69,6 +70,8 @@ def calibrate_target(target: str | Path, draft: str | Path, data: str | Path, ou
     target_output = ResumableOutput(out, info, force, opts.shard_samples, opts.shard_bytes)
     writer = target_output.open()
     try:
+        if engine and force:      # under the run's lock: the engine's export of an earlier run starts over too
+            shutil.rmtree(export_dir(out), ignore_errors=True)
         resumed = writer.count
         est_bytes = estimate_bytes(max_tokens, spec.hidden_size, dtype, len(plan.indices))
         progress.say(_plan_text(spec, plan, prompts, max_tokens, est_bytes, resumed, target_output.staging))
