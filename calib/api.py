@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import shutil
 import time
 from pathlib import Path
 
 from eagle3_quant.calib.backends import Backend
+from eagle3_quant.calib.engine_preflight import check_writable, engine_preflight
 from eagle3_quant.calib.engine_taps import CapturePlan, capture_taps
 from eagle3_quant.calib.format import CalibrationInfo, load_calibration
 from eagle3_quant.calib.options import CalibrationOptions
@@ -14,7 +16,7 @@ from eagle3_quant.calib.result import CalibrationResult, estimate_bytes, set_byt
 from eagle3_quant.calib.staging import ResumableOutput, check_inputs_apart, finished_set
 from eagle3_quant.calib.target import check_target, load_tokenizer, read_target
 from eagle3_quant.calib.transformers_capture import capture_with_transformers
-from eagle3_quant.calib.vllm_capture import capture_with_vllm, find_vllm, with_engine
+from eagle3_quant.calib.vllm_capture import capture_with_vllm, export_dir, find_vllm, with_engine
 
 from eagle3_quant.options import build_options
 from eagle3_quant.reading.draft import read_draft
@@ -46,7 +48,11 @@ def calibrate_target(target: str | Path, draft: str | Path, data: str | Path, ou
     check_inputs_apart(out, draft_ckpt.path, Path(spec.name))
     check_target(spec, draft_ckpt.config, str(draft_ckpt.path))
     plan = capture_taps(draft_ckpt.config, spec.num_layers, opts.engine, opts.tap_convention, opts.aux_layer_ids)
-    tokenizer = load_tokenizer(spec, opts.trust_remote_code)
+    if engine:           # before the engine starts: what `bench` checks too (the taps were checked just above)
+        tokenizer = engine_preflight(out, spec, {}, trust_remote_code=opts.trust_remote_code)
+    else:
+        tokenizer = load_tokenizer(spec, opts.trust_remote_code)
+        check_writable(out)
     prompt_spec = PromptSpec(_data_name(data), opts.num_samples, opts.seq_len, opts.seed, opts.column, opts.split,
                              opts.subset, opts.min_tokens, opts.generate_tokens)
     prompts = sample_prompts(prompt_spec, tokenizer)
@@ -64,6 +70,8 @@ def calibrate_target(target: str | Path, draft: str | Path, data: str | Path, ou
     target_output = ResumableOutput(out, info, force, opts.shard_samples, opts.shard_bytes)
     writer = target_output.open()
     try:
+        if engine and force:      # under the run's lock: the engine's export of an earlier run starts over too
+            shutil.rmtree(export_dir(out), ignore_errors=True)
         resumed = writer.count
         est_bytes = estimate_bytes(max_tokens, spec.hidden_size, dtype, len(plan.indices))
         progress.say(_plan_text(spec, plan, prompts, max_tokens, est_bytes, resumed, target_output.staging))

@@ -1,11 +1,16 @@
 """Read calibration prompts with `datasets`: a Hub id or a local json/jsonl/parquet/arrow file or folder.
 
+A local ``.json`` / ``.jsonl`` file is first read line by line, streaming (`check_json_rows`): each line at most
+`MAX_ROW_BYTES`, UTF-8, and (JSON lines) one JSON value, else refused naming the file and the line; a file with no
+row is refused. A line is never read whole past the limit.
+
 Each row becomes either a chat (a list of ``{"role", "content"}`` messages, from a ``messages`` column or a
 ShareGPT ``conversations`` column with ``from``/``value``) or a plain text.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +21,7 @@ from eagle3_quant.errors import CalibrationDataError, SourceNotFoundError
 CHAT_COLUMNS = ("messages", "conversations", "conversation")
 TEXT_COLUMNS = ("text",)
 BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".arrow": "arrow", ".csv": "csv"}
+MAX_ROW_BYTES = 4 << 20        # one row (one JSON line) of a local prompts file; prompts are cut far below this
 DATASET_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 ROLES = {"user": "user", "human": "user", "system": "system", "assistant": "assistant", "gpt": "assistant",
          "chatgpt": "assistant", "bard": "assistant", "bing": "assistant", "model": "assistant",
@@ -39,6 +45,8 @@ def load_rows(data: str, split: str = "train", subset: str | None = None):
             if builder is None:
                 raise CalibrationDataError(f"unknown file type {path.suffix!r}; use one of "
                                            f"{', '.join(sorted(BUILDERS))}", path=path)
+            if builder == "json":
+                check_json_rows(path)
             return datasets.load_dataset(builder, data_files=str(path), split="train")
         if path.is_dir():
             if (path / "dataset_info.json").exists() or (path / "dataset_dict.json").exists():
@@ -50,8 +58,45 @@ def load_rows(data: str, split: str = "train", subset: str | None = None):
         return datasets.load_dataset(data, subset, split=split)
     except (CalibrationDataError, SourceNotFoundError):
         raise
-    except (FileNotFoundError, ValueError, KeyError, OSError, datasets.exceptions.DatasetNotFoundError) as exc:
+    except (FileNotFoundError, ValueError, KeyError, OSError, datasets.exceptions.DatasetNotFoundError,
+            datasets.exceptions.DatasetGenerationError) as exc:
         raise CalibrationDataError(f"cannot load the dataset ({type(exc).__name__}: {exc})", path=data) from exc
+
+
+def check_json_rows(path: Path) -> int:
+    """The rows of a local .json/.jsonl file, read line by line (never a line whole past `MAX_ROW_BYTES`): every
+    line UTF-8 and at most that long; in JSON lines (a .jsonl file, or a .json file whose first line is a whole
+    JSON value) every non-blank line one JSON value. Returns the row count (a JSON document: 1); none is refused."""
+    rows, lines_mode = 0, path.suffix.lower() == ".jsonl"
+    with open(path, "rb") as fh:
+        for number, raw in enumerate(iter(lambda: fh.readline(MAX_ROW_BYTES + 1), b""), start=1):
+            if len(raw) > MAX_ROW_BYTES:
+                raise CalibrationDataError(f"line {number} is longer than {MAX_ROW_BYTES >> 20} MiB, the limit of "
+                                           "one row", path=path, hint="one prompt per line, cut before use")
+            try:
+                line = raw.decode("utf-8-sig" if number == 1 else "utf-8").strip()
+            except UnicodeDecodeError as exc:
+                raise CalibrationDataError(f"line {number} is not UTF-8 text (byte {exc.start} of the line)",
+                                           path=path) from None
+            if not line:
+                continue
+            if rows == 0 and not lines_mode:
+                lines_mode = _json_value(line)
+            rows += 1
+            if lines_mode and not _json_value(line):
+                raise CalibrationDataError(f"line {number} is not one JSON value", path=path,
+                                           hint="JSON lines: one object per line")
+    if rows == 0:
+        raise CalibrationDataError("is empty: no row to read prompts from", path=path)
+    return rows if lines_mode else 1
+
+
+def _json_value(line: str) -> bool:
+    try:
+        json.loads(line)
+    except ValueError:
+        return False
+    return True
 
 
 def pick_column(rows, column: str | None, where: str) -> PromptColumn:

@@ -86,6 +86,8 @@ def import_calibration(dump: str | Path, draft: str | Path, out: str | Path, opt
                               aux_layer_ids).record
         info = _specforge_info(spec.name, taps, record, hidden, dump, files[0])
         records, total, stored = _from_specforge(files, load_lm_head(spec.name), vocab), len(files), len(taps.indices)
+    if total == 0:          # a set of nothing would pass every later check and calibrate nothing
+        raise CalibrationDataError(f"holds no sample ({fmt.value} format): nothing to import", path=dump)
     state_dtype = STATE_DTYPES[info.dtype]
     start = time.perf_counter()
     with staged_output(out, dump, force) as staging, progress.task("import", total) as advance:

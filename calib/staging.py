@@ -69,7 +69,8 @@ class ResumableOutput:
         return CalibrationWriter(self.staging, self.info, self.shard_samples, self.shard_bytes, mark_incomplete=True)
 
     def _discard_if_foreign(self) -> None:
-        """A run with other options is refused (or, with --force, deleted); debris before a first shard is cleared."""
+        """A run with other options is refused; with --force any run is deleted; debris before a first shard is
+        cleared."""
         index = self.staging / INDEX_NAME
         try:
             existing = load_calibration(self.staging, allow_partial=True) if index.exists() else None
@@ -81,7 +82,7 @@ class ResumableOutput:
             raise OutputExistsError(f"an interrupted run with other options ({', '.join(diffs)}) is waiting here",
                                     path=self.staging, hint="re-run it with its own options to finish it, or pass "
                                     "--force to start over")
-        if existing is None or diffs:
+        if existing is None or diffs or self.force:         # --force: every hidden state of OUT starts over
             for child in self.staging.iterdir():
                 if child.name != LOCK_NAME:
                     shutil.rmtree(child) if child.is_dir() else child.unlink()

@@ -221,3 +221,69 @@ def test_ctrl_c_while_the_child_starts_still_ends_it(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         run_child(child(tmp_path, SPAWNS), {"pids": str(pids)}, timeout_s=120)
     assert not any(alive(pid) for pid in pids_of(pids))
+
+
+LITTERS = """
+import json, os, sys, tempfile, time
+request = json.load(open(sys.argv[1]))
+# what vLLM's file-based init does on every start (vllm/utils/network_utils.py): a file in the temp folder
+init = os.path.join(tempfile.gettempdir(), "vllm_dist_0123abcd")
+open(init, "w").write("rank 0")
+open(request["seen"], "w").write(init)
+if request["ending"] == "success":
+    json.dump({"done": True}, open(sys.argv[2], "w"))
+elif request["ending"] == "error":
+    raise RuntimeError("the engine exploded")
+else:
+    time.sleep(300)
+"""
+
+
+@pytest.fixture
+def system_temp(tmp_path, monkeypatch) -> Path:
+    """The temp folder of this process (and, unless the runner says otherwise, of its children)."""
+    import tempfile
+
+    folder = tmp_path / "system-temp"
+    folder.mkdir()
+    monkeypatch.setenv("TMPDIR", str(folder))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    return folder
+
+
+@pytest.mark.parametrize(("ending", "timeout_s"), [("success", 60), ("error", 60), ("timeout", 3)])
+def test_an_engine_run_leaves_nothing_in_the_temp_folder(tmp_path, system_temp, ending, timeout_s):
+    seen = tmp_path / "seen"
+    before = sorted(system_temp.iterdir())
+    run = run_child(child(tmp_path, LITTERS), {"seen": str(seen), "ending": ending}, timeout_s=timeout_s)
+    assert run.ok == (ending == "success") and (run.returncode is None) == (ending == "timeout")
+    init = Path(seen.read_text())
+    assert init.name == "vllm_dist_0123abcd" and init.parent.parent.name.startswith("e3q-engine-")
+    assert sorted(system_temp.iterdir()) == before == []
+    assert not init.exists()
+
+
+def test_ctrl_c_leaves_nothing_in_the_temp_folder(tmp_path, system_temp):
+    seen = tmp_path / "seen"
+    script = tmp_path / "engine.py"
+    script.write_text(LITTERS)
+    parent = tmp_path / "parent.py"
+    parent.write_text(textwrap.dedent(f"""
+        import sys
+        from pathlib import Path
+        from eagle3_quant.engines.runner import ChildCommand, run_child
+        try:
+            run_child(ChildCommand(sys.executable, Path({str(script)!r})), {{"seen": {str(seen)!r},
+                      "ending": "hang"}}, timeout_s=120)
+        except KeyboardInterrupt:
+            sys.exit(130)
+        """))
+    proc = subprocess.Popen([sys.executable, str(parent)], stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not seen.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert any(system_temp.iterdir())              # the engine's folder, while it runs
+    proc.send_signal(signal.SIGINT)
+    err = proc.communicate(timeout=120)[1]
+    assert proc.returncode == 130, err
+    assert list(system_temp.iterdir()) == []

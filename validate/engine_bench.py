@@ -5,9 +5,11 @@ offline prediction of `validate` on the same prompts and continuations, and toke
 
 The engine runs in its own environment and process (``eagle3_quant/engines/runner.py``, ``environment.py``); the
 child is ``eagle3_quant/engines/vllm_bench_child.py``, one per draft. Everything that cannot work is refused in one
-line before any engine starts: a target the draft does not fit, no engine environment, a scheme the engine cannot
-load. Writes ``OUT/bench.json`` (atomically, at the end; no local paths) and the ``engine_run`` of OUT's validation
-report when that report is about the same files.
+line before any engine starts (``calib/engine_preflight.py``, shared with `calibrate --backend vllm`): a target
+the draft does not fit or without a tokenizer, layer ids beyond the target's depth, an artifact that is not what its
+manifest says, an OUT that cannot be written, bad prompts, no engine environment, a scheme the engine cannot load.
+Writes ``OUT/bench.json`` (atomically, at the end; no local paths) and the ``engine_run`` of OUT's validation report
+when that report is about the same files.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from eagle3_quant.calib.engine_preflight import engine_preflight
 from eagle3_quant.calib.target import TargetSpec, check_target, read_target
 from eagle3_quant.validate.bench_options import BenchOptions
 from eagle3_quant.validate.engine_bench_prompts import load_prompts
@@ -37,6 +40,7 @@ from eagle3_quant.validate.gate_choice import artifact_scheme
 from eagle3_quant.validate.report import json_safe
 from eagle3_quant.validate.structure import read_artifact, read_reference, written_taps
 
+from eagle3_quant.engines.bench_result import result_problem
 from eagle3_quant.engines.environment import (
     CHILDREN,
     EngineInfo,
@@ -45,7 +49,7 @@ from eagle3_quant.engines.environment import (
     find_engine_python,
     probe_engine,
 )
-from eagle3_quant.engines.runner import ChildCommand, run_child
+from eagle3_quant.engines.runner import ChildCommand, ChildRun, run_child
 from eagle3_quant.errors import DraftFormatError, EngineError, OptionsError
 from eagle3_quant.options import build_options
 from eagle3_quant.records.evidence import BENCH_NAME, artifact_digests
@@ -123,6 +127,22 @@ def _check_inputs(opts: BenchOptions, out: Path):
     return art, reference, target
 
 
+def _engine_result(run: ChildRun, command: ChildCommand, request: dict, target: TargetSpec, sweep: dict | None,
+                   log: Path) -> dict:
+    """The child's result once it fits the schema (`bench_result.py`); else the engine's failure, in one line naming
+    the log of its last lines (kept beside OUT)."""
+    result = run.checked()
+    problem = result_problem(result, len(request["prompts"]), request["k"], target.vocab_size, sweep)
+    if problem is None:
+        return result
+    try:
+        log.write_text(run.stderr_tail + "\n")
+        where = f"the engine's last log lines: {log}"
+    except OSError as exc:
+        where = f"its log could not be kept ({exc.strerror or exc})"
+    raise EngineError(f"{command.name} returned a result bench cannot use: {problem}", hint=where)
+
+
 def sweep_section(opts: BenchOptions, info: EngineInfo, runs: dict[str, dict]) -> dict[str, Any]:
     """`concurrency_sweep`: not requested; skipped on a CPU engine, with the reason; else the measured points."""
     if not opts.concurrency:
@@ -158,13 +178,15 @@ def bench_draft(out: str | Path, options: BenchOptions | None = None, *, progres
     opts = build_options(BenchOptions, options, overrides)
     out = Path(out).expanduser().resolve()
     art, reference, target = _check_inputs(opts, out)
+    engine_preflight(out, target, {"artifact": (art.config, out), "reference": (reference.config, reference.path)},
+                     artifact=out)
+    prompts, prompt_source = load_prompts(opts, target)
     python = find_engine_python(opts.engine_python)
     info = probe_engine(python)
     scheme = artifact_scheme(out, art.quant_config)
     refusal = engine_refusal(info, scheme)
     if refusal:
         raise EngineError(refusal, path=out)
-    prompts, prompt_source = load_prompts(opts, target)
     files = artifact_digests(out)
     sweep = None
     if opts.concurrency and not info.cpu:
@@ -181,7 +203,8 @@ def bench_draft(out: str | Path, options: BenchOptions | None = None, *, progres
         for name, request in _requests(opts, target, drafts, prompts, sweep).items():
             progress.say(f"vLLM {info.version} on {info.device}: {len(prompts)} prompts x {opts.max_tokens} "
                          f"tokens, draft: {name}")
-            runs[name] = run_child(command, request, opts.timeout_s).checked()
+            runs[name] = _engine_result(run_child(command, request, opts.timeout_s), command, request, target, sweep,
+                                        out.parent / f".{out.name}.bench-{name}.log")
     k = opts.k
     drafted = [name for name in drafts if name != "none"]
     counts = {name: prompt_counts(runs[name]["per_request"], k) for name in drafted}

@@ -15,7 +15,9 @@ API::
 The child protocol: ``PYTHON ENTRY REQUEST.json RESULT.json``. The child reads the request, writes one JSON object
 to RESULT.json (it may rewrite it as it goes: what it wrote survives a later crash in ``run.result``) and exits 0.
 A child that refuses writes ``{"error": "one line"}`` and exits non-zero. Files live in a temporary folder that
-is always removed; the child's cwd is that folder.
+is always removed; the child's cwd is that folder, and its temporary folder (``TMPDIR``, ``TMP``, ``TEMP``) a
+folder inside it, so what the engine leaves in its temp folder (vLLM's ``vllm_dist_*`` file-based init file, one
+per start) is removed with it, whatever the ending: success, error, timeout, Ctrl-C.
 
 What the parent guarantees: the child starts in its own session (process group), so a terminal's Ctrl-C reaches
 only the parent, which then ends the child's whole process tree and re-raises ``KeyboardInterrupt`` (the CLI exits
@@ -42,6 +44,7 @@ from typing import Any
 from eagle3_quant.errors import EngineError
 
 TERM_GRACE_S = 3.0
+TEMP_VARS = ("TMPDIR", "TMP", "TEMP")    # what Python's tempfile (vLLM's ``vllm_dist_*`` init file) and others read
 ERROR_CHARS = 2000
 RANK_PREFIX = re.compile(r"^\[rank\d+\]:\s*")      # torch.distributed prefixes a rank's stderr
 EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Failure)\b.*")
@@ -88,9 +91,12 @@ def run_child(command: ChildCommand, request: Mapping[str, Any], timeout_s: floa
     env = {**os.environ, "PYTHONUNBUFFERED": "1", **command.env}
     for name in command.unset:
         env.pop(name, None)
-    with tempfile.TemporaryDirectory(prefix="e3q-engine-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="e3q-engine-", ignore_cleanup_errors=True) as tmp:
         folder = Path(tmp)
         req, res, err = folder / "request.json", folder / "result.json", folder / "stderr.txt"
+        own_tmp = folder / "tmp"           # the child's temp folder: whatever the engine puts there goes with it
+        own_tmp.mkdir()
+        env.update({name: str(own_tmp) for name in TEMP_VARS})
         req.write_text(json.dumps(dict(request), allow_nan=False))
         started = time.perf_counter()
         with open(err, "wb") as stderr:
