@@ -5,13 +5,13 @@ from typing import Annotated
 
 import typer
 
-from eagle3_quant.cli.app import app
+from eagle3_quant.cli.app import verb
 from eagle3_quant.export.options import PushOptions as P
 from eagle3_quant.options import default_of as default
 from eagle3_quant.options import help_of
 
 
-@app.command("push")
+@verb("push")
 def push_command(
     out: Annotated[Path, typer.Argument(help="Quantized draft folder (made by quantize, checked by validate).")],
     repo_id: Annotated[str, typer.Option("--repo-id", help="Hub repository ORG/NAME (created if missing).")],
