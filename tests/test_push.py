@@ -268,7 +268,7 @@ def test_allow_unmeasured_publishes_and_the_card_says_so_at_the_top(make_out, hu
                            capsys=capsys)
     assert code == 0, err
     text = ModelCard.load(REPO).text
-    title, notice = text.split("\n\n")[:2]
+    title, notice = text.strip().split("\n\n")[:2]
     assert title.startswith("# ") and notice.startswith("> **Acceptance not measured.** Published with "
                                                         "`--allow-unmeasured`")
 
