@@ -11,6 +11,7 @@ from eagle3_quant.calib.lm_head import _tensor_files, argmax_logits, load_lm_hea
 from safetensors import safe_open
 
 from eagle3_quant.errors import CheckpointFileError, SourceNotFoundError
+from eagle3_quant.reading.hub_errors import hub_failure
 
 NORM_SUFFIX = "model.norm.weight"
 
@@ -36,7 +37,8 @@ def _rms_norm_eps(target: str) -> float:
     try:
         text = AutoConfig.from_pretrained(target).get_text_config()
     except (OSError, ValueError) as exc:
-        raise SourceNotFoundError(f"cannot read the target's config ({exc})", path=target) from exc
+        raise hub_failure(exc, target) or SourceNotFoundError(f"cannot read the target's config ({exc})",
+                                                              path=target) from exc
     eps = getattr(text, "rms_norm_eps", None)
     if not isinstance(eps, int | float) or isinstance(eps, bool) or eps <= 0:
         raise CheckpointFileError("the target's config has no positive rms_norm_eps (its final norm is not an "

@@ -9,6 +9,7 @@ import torch
 from safetensors import safe_open
 
 from eagle3_quant.errors import CheckpointFileError, SourceNotFoundError
+from eagle3_quant.reading.hub_errors import hub_failure, hub_reads
 
 VOCAB_CHUNK = 16384
 
@@ -20,11 +21,14 @@ def _tensor_files(target: str) -> tuple[dict[str, str], Path]:
         from huggingface_hub import hf_hub_download
         from huggingface_hub.errors import EntryNotFoundError
 
-        try:
-            index = Path(hf_hub_download(target, "model.safetensors.index.json"))
-        except EntryNotFoundError:
-            single = Path(hf_hub_download(target, "model.safetensors"))
-            return _names_in(single), single.parent
+        with hub_reads(target):
+            try:
+                index = Path(hf_hub_download(target, "model.safetensors.index.json"))
+            except EntryNotFoundError as exc:
+                if hub_failure(exc, target) is not None:        # offline or unreachable, not a missing file
+                    raise
+                single = Path(hf_hub_download(target, "model.safetensors"))
+                return _names_in(single), single.parent
         return json.loads(index.read_text())["weight_map"], index.parent
     indexes = sorted(folder.glob("*.safetensors.index.json"))
     if indexes:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from eagle3_quant.errors import CalibrationDataError, SourceNotFoundError, TargetMismatchError
 from eagle3_quant.reading.config import DraftConfig
+from eagle3_quant.reading.hub_errors import hub_failure
 from eagle3_quant.reading.repo_ids import repo_id_problem
 
 DTYPE_NAMES = ("bfloat16", "float16", "float32")
@@ -40,7 +41,8 @@ def read_target(target: str | Path, trust_remote_code: bool = False) -> TargetSp
     try:
         config = AutoConfig.from_pretrained(name, trust_remote_code=trust_remote_code)
     except (OSError, ValueError) as exc:
-        raise SourceNotFoundError(f"cannot read the target's config ({exc})", path=name) from exc
+        raise hub_failure(exc, name) or SourceNotFoundError(f"cannot read the target's config ({exc})",
+                                                            path=name) from exc
     text = config.get_text_config()
     dtype = getattr(text, "dtype", None) or getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
     dtype = str(dtype).removeprefix("torch.") if dtype is not None else "bfloat16"
@@ -67,7 +69,8 @@ def load_tokenizer(spec: TargetSpec, trust_remote_code: bool = False):
     try:
         return AutoTokenizer.from_pretrained(spec.name, trust_remote_code=trust_remote_code)
     except (OSError, ValueError) as exc:
-        raise SourceNotFoundError(f"cannot load the target's tokenizer ({exc})", path=spec.name) from exc
+        raise hub_failure(exc, spec.name) or SourceNotFoundError(f"cannot load the target's tokenizer ({exc})",
+                                                                 path=spec.name) from exc
 
 
 def load_model(spec: TargetSpec, dtype: str, max_memory: dict | None = None, trust_remote_code: bool = False,

@@ -113,6 +113,10 @@ class NotValidatedError(PublishError):
     """OUT has no validation report, an unreadable one, or a failed one."""
 
 
+class NotMeasuredError(PublishError):
+    """OUT's acceptance was measured neither offline (`validate --calib`) nor in an engine (`bench`)."""
+
+
 class HubError(Eagle3QuantError, ConnectionError):
     """The Hub refused or failed a request. The message never contains the token."""
 

@@ -24,7 +24,7 @@ from eagle3_quant.reading.source_card import repo_id_from_cache_path, source_car
 from eagle3_quant.records.evidence import manifest_digests
 from eagle3_quant.records.manifest import LayerRecord, Manifest, SourceRecord
 from eagle3_quant.records.public_names import public_argv, public_name
-from eagle3_quant.records.validation_report import ValidationSummary, read_validation
+from eagle3_quant.records.validation_report import ValidationSummary, acceptance_measurements, read_validation
 from eagle3_quant.schemes import SCHEMES
 
 CARD_NAME = "README.md"
@@ -211,6 +211,7 @@ def build_card(out: str | Path, repo_id: str | None = None, *, target: str | Non
                              manifest.engines.requested if manifest.engines else None),
         recorded_command=_recorded_command(manifest.command), device=manifest.device,
         outputs=manifest.outputs, inputs=manifest.inputs, calibration_text=_calibration_text(manifest),
+        unmeasured=not acceptance_measurements(out, validation, manifest_digests(manifest)),
     )
     return DraftCard(str(card), card.data.to_dict(), repo_id, base_model, target, validation)
 

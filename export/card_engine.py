@@ -59,7 +59,8 @@ def engine_rows(run: dict[str, Any]) -> list[tuple[str, str]]:
                      + ": the CUDA kernels' math, on this engine build only"))
     speed = run.get("speed") or {}
     if speed.get("meaningful_for_gpu") is False:
-        rows.append(("tokens/s", "measured on a CPU: not a GPU serving speed, not shown"))
+        rows.append(("tokens/s, speedup", "not measured on a CPU (one unwarmed pass per draft): not a GPU serving "
+                     "speed, not shown"))
     return rows
 
 

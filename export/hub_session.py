@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from eagle3_quant.errors import Eagle3QuantError, HubAuthError, HubError, PublishError
+from eagle3_quant.reading.hub_errors import HubUnreachableError, hub_failure
 
 T = TypeVar("T")
 MASK = "hf_***"
@@ -98,6 +99,9 @@ def translate(exc: BaseException, token: str | None, endpoint: str, repo_id: str
     if status is not None:
         retry = " after retries" if status in TRANSIENT else ""
         return HubError(f"Hub request failed{retry} (HTTP {status}): {detail}", status=status, path=where)
+    unreachable = hub_failure(exc, repo_id)          # refused, timed out, offline: the readers' one line
+    if isinstance(unreachable, HubUnreachableError):
+        return HubUnreachableError(scrub(unreachable.message, token), path=where)
     if isinstance(cause, ValueError) and "yaml" in text.lower():
         return PublishError(f"the Hub rejected the model card metadata: {detail}", path=where)
     return HubError(f"cannot complete the Hub request at {endpoint}: {type(cause).__name__}: {detail}", path=where)

@@ -16,6 +16,9 @@ class PushOptions:
     commit_message: str | None = option(None, "Commit title (default names scheme, source, tool version).")
     dry_run: bool = option(False, "Print the files, sizes and card; send nothing.")
     allow_unvalidated: bool = option(False, "Publish without a passing validation report (the card says so).")
+    allow_unmeasured: bool = option(False, "Publish although the acceptance was measured neither offline "
+                                           "(validate --calib) nor in vLLM's engine (bench); the card says so at "
+                                           "its top.")
     target: str | None = option(None, "Target model the draft serves (for the card).", pipeline=False)
     base_model: str | None = option(None, "Hub id of the BF16 draft when OUT was made from a local folder.",
                                     pipeline=False)

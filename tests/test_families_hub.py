@@ -51,7 +51,7 @@ def test_inspect_hub_id_of_a_family_draft(hub_cache, tmp_path):
 
 
 def test_inspect_hub_errors_are_named(hub_cache, tmp_path):
-    with pytest.raises(SourceNotFoundError, match="not found"):
+    with pytest.raises(SourceNotFoundError, match="no such repository"):
         inspect_draft("alice/nothing-here")
     folder = tmp_path / "no-weights"
     folder.mkdir()

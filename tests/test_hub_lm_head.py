@@ -108,7 +108,7 @@ def test_hub_lm_head_errors_are_named(hub_cache, tmp_path):
     with pytest.raises(DraftFormatError, match="does not tie it") as err:
         read_target_lm_head("alice/untied")
     assert err.value.tensor == "lm_head.weight" and err.value.path == "alice/untied"
-    with pytest.raises(SourceNotFoundError, match="not found") as err:
+    with pytest.raises(SourceNotFoundError, match="no such repository") as err:
         read_target_lm_head("alice/no-such-target")
     assert err.value.path == "alice/no-such-target" and "\n" not in str(err.value)
     with pytest.raises(DraftFormatError, match="not a Hub repo id"):

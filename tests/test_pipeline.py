@@ -97,7 +97,7 @@ def write_calibration(folder: Path, target: str, samples: int) -> None:
 def test_pipeline_runs_resumes_and_pushes(make_draft, tmp_path, hub, capsys):
     src = make_draft()
     path = write_pipeline(tmp_path, source=str(src), target="example-org/target",
-                          push={"allow_unvalidated": True})
+                          push={"allow_unvalidated": True, "allow_unmeasured": True})
     first = run_pipeline(path)
     status = {s.name: s.status for s in first.stages}
     assert status["calibrate"] == "skipped" and status["quantize"] == "ran" and status["push"] == "ran"
@@ -150,6 +150,17 @@ def test_pipeline_stops_before_push_without_validation(make_draft, tmp_path, hub
     assert "error: push: " in captured.err and "refusing to publish: no validation report" in captured.err
     assert "not run" not in captured.out and "disabled" in captured.out
     assert hub.requests == []
+
+
+@pytest.mark.slow
+def test_pipeline_push_stage_refuses_an_unmeasured_draft(make_draft, tmp_path, hub, capsys):
+    path = write_pipeline(tmp_path, source=str(make_draft()), push={"allow_unvalidated": True})
+    with pytest.raises(SystemExit) as exit_info:
+        main(["run", str(path), "--set", "validate.enabled=false"])
+    captured = capsys.readouterr()
+    assert exit_info.value.code == 2 and "never measured" in captured.err
+    assert "validate OUT --calib" in captured.err and "push.allow_unmeasured" in captured.err
+    assert [r for r in hub.requests if r.method not in ("GET", "HEAD")] == [] and hub.store.repos == {}
 
 
 @pytest.mark.slow

@@ -16,7 +16,7 @@ from hub_server import Fault
 from hub_server.fixtures import PASSED_REPORT, TOKEN, failed_report
 
 from eagle3_quant.cli import main
-from eagle3_quant.errors import HubAuthError, HubError, NotValidatedError, PublishError
+from eagle3_quant.errors import HubAuthError, HubError, NotMeasuredError, NotValidatedError, PublishError
 
 pytestmark = pytest.mark.slow  # the OUT fixtures are real Quark outputs
 REPO = "alice/tiny-eagle3-fp8"
@@ -240,3 +240,52 @@ def test_cli_subprocess_uses_env_endpoint_and_login_file(make_out, hub, tmp_path
     # every API call carried the token from the file (LFS PUTs go to a pre-signed URL, as on the Hub)
     assert all(r.authorized for r in hub.requests if r.path.startswith("/api/") and "agent-harnesses" not in r.path)
     assert REPO in hub.store.repos
+
+
+def unmeasured_report() -> dict:
+    """A passing report whose acceptance was never measured: validate without --calib."""
+    report = json.loads(json.dumps(PASSED_REPORT))
+    report["checks"][1] = {"name": "acceptance", "status": "skipped", "detail": "no --calib: not measured"}
+    for key in ("acceptance_length_bf16", "acceptance_length_fp8", "acceptance_ratio", "top1_agreement", "kl"):
+        report["metrics"].pop(key)
+    return report
+
+
+def test_unmeasured_acceptance_is_refused_naming_the_commands(make_out, hub, capsys):
+    out = make_out(unmeasured_report())
+    with pytest.raises(NotMeasuredError, match="never measured") as error:
+        push_draft(out, REPO)
+    assert "eagle3-quant validate OUT --calib CAL" in str(error.value) and "eagle3-quant bench OUT" in str(error.value)
+    code, _, err = run_cli("push", str(out), "--repo-id", REPO, "--dry-run", capsys=capsys)
+    assert code == 2 and err.count("\n") == 1 and err.startswith("error: ") and "--allow-unmeasured" in err
+    assert hub.requests == [] and hub.store.repos == {} and not (out / "README.md").exists()
+
+
+def test_allow_unmeasured_publishes_and_the_card_says_so_at_the_top(make_out, hub, hub_client, capsys):
+    from huggingface_hub import ModelCard
+
+    code, _, err = run_cli("push", str(make_out(unmeasured_report())), "--repo-id", REPO, "--allow-unmeasured",
+                           capsys=capsys)
+    assert code == 0, err
+    text = ModelCard.load(REPO).text
+    title, notice = text.strip().split("\n\n")[:2]
+    assert title.startswith("# ") and notice.startswith("> **Acceptance not measured.** Published with "
+                                                        "`--allow-unmeasured`")
+
+
+def test_an_engine_measurement_alone_is_proof_and_a_measured_card_has_no_notice(make_out, hub, hub_client):
+    from huggingface_hub import ModelCard
+
+    from eagle3_quant.records.evidence import artifact_digests
+
+    out = make_out(unmeasured_report())
+    bench = {"acceptance": {"artifact": {"acceptance_length": 2.1}}, "artifact_files": artifact_digests(out)}
+    (out / "bench.json").write_text(json.dumps(bench))
+    push_draft(out, REPO)
+    assert "Acceptance not measured" not in ModelCard.load(REPO).text
+    other = make_out(unmeasured_report(), name="o2")
+    (other / "bench.json").write_text(json.dumps({**bench, "artifact_files": {"model.safetensors": "0" * 64}}))
+    with pytest.raises(NotMeasuredError):             # a bench.json about other files proves nothing here
+        push_draft(other, "alice/other")
+    push_draft(make_out(name="o3"), "alice/measured")   # validate --calib measured it
+    assert "Acceptance not measured" not in ModelCard.load("alice/measured").text

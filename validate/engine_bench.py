@@ -33,7 +33,7 @@ from eagle3_quant.validate.engine_bench_stats import (
     lossless,
     paired_ratio,
     prompt_counts,
-    throughput,
+    speed_section,
 )
 from eagle3_quant.validate.engine_bench_taps import AS_SHIPPED, served_reference, taps_section
 from eagle3_quant.validate.gate_choice import artifact_scheme
@@ -61,8 +61,6 @@ from eagle3_quant.util.progress import SILENT, Progress
 
 BENCH_VERSION = 1
 DRAFTS = ("none", "reference", "artifact")
-CPU_SPEED_NOTE = ("measured on a CPU: FP8 is emulated there and a CPU's cost per step is not a GPU's, so these "
-                  "tokens/s and speedups say nothing about serving speed on a GPU")
 SWEEP_SKIPPED = ("{engine}: throughput and TPOT on a CPU say nothing about serving on a GPU; not run. Run bench "
                  "--concurrency on a GPU machine, with --engine-python pointing at its vLLM")
 
@@ -248,7 +246,6 @@ def _report(opts: BenchOptions, info: EngineInfo, target: TargetSpec, reference:
             prompts: list[list[int]], runs: dict[str, dict], acceptance: dict[str, EngineAcceptance],
             ratio: EngineRatio, same: dict[str, dict], predicted: dict | None, files: dict[str, str],
             seconds: float) -> dict:
-    speed = {name: throughput(runs[name]) for name in DRAFTS}
     substituted = {op: row for name in DRAFTS for op, row in runs[name].get("substituted_ops", {}).items()
                    if row["calls"]}
     calls = {op: sum(runs[name].get("substituted_ops", {}).get(op, {}).get("calls", 0) for name in DRAFTS)
@@ -267,11 +264,7 @@ def _report(opts: BenchOptions, info: EngineInfo, target: TargetSpec, reference:
         "acceptance_ratio": ratio.to_dict(),
         "lossless": {"lossless": all(s["lossless"] for s in same.values()), **same},
         "predicted": predicted,
-        "speed": {"tokens_per_s": speed,
-                  "speedup_over_no_draft": {n: speed[n] / speed["none"] if speed[n] and speed["none"] else None
-                                            for n in ("reference", "artifact")},
-                  "load_s": {name: runs[name]["load_s"] for name in DRAFTS},
-                  "meaningful_for_gpu": not info.cpu, **({"note": CPU_SPEED_NOTE} if info.cpu else {})},
+        "speed": speed_section({name: runs[name] for name in DRAFTS}, info.cpu),
         "substituted_ops": {op: {"why": row["why"], "calls": calls[op],
                                  "with": "torch code doing the CUDA kernel's math (vllm_bench_child.py)"}
                             for op, row in substituted.items()},

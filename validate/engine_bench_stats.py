@@ -109,3 +109,23 @@ def throughput(run: dict) -> float | None:
     """Generated tokens per second of the generate call (load excluded)."""
     seconds = run.get("generate_s")
     return run["generated_tokens"] / seconds if seconds else None
+
+
+CPU_SPEED_NOTE = ("not measured on CPU: one unwarmed pass per draft, FP8 emulated; tokens/s and speedups from it "
+                  "say nothing about serving speed (run bench on a GPU)")
+
+
+def speed_section(runs: dict[str, dict], cpu: bool) -> dict:
+    """bench.json's `speed`. On a CPU engine no tokens/s and no speedup are reported: each draft ran one unwarmed
+    pass, so the numbers contradict one another (a draft accepting as often as its reference 'faster' than it by
+    x7) and mean nothing for serving. On a GPU: generated tokens per second of each run, and over no draft."""
+    load = {name: run["load_s"] for name, run in runs.items()}
+    if cpu:
+        return {"measured": False, "tokens_per_s": None, "speedup_over_no_draft": None, "load_s": load,
+                "meaningful_for_gpu": False, "note": CPU_SPEED_NOTE}
+    speed = {name: throughput(run) for name, run in runs.items()}
+    base = speed.get("none")
+    return {"measured": True, "tokens_per_s": speed,
+            "speedup_over_no_draft": {n: speed[n] / base if speed[n] and base else None
+                                      for n in speed if n != "none"},
+            "load_s": load, "meaningful_for_gpu": True}

@@ -9,6 +9,7 @@ import typer
 
 from eagle3_quant.cli.app import app
 from eagle3_quant.errors import Eagle3QuantError
+from eagle3_quant.reading.hub_errors import hub_failure
 from eagle3_quant.util.interrupts import InterruptRecord, handling_interrupts
 
 # Command modules register their verbs on `app` when imported; keep each import-light.
@@ -37,9 +38,11 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:
         if interrupts.requested:   # a library turned the interrupt into another error
             code = 130
-        elif isinstance(exc, Eagle3QuantError) and not os.environ.get(DEBUG_ENV):
-            print(f"error: {exc}", file=sys.stderr)
-            code = exc.exit_code
+        elif os.environ.get(DEBUG_ENV):
+            raise
+        elif (shown := exc if isinstance(exc, Eagle3QuantError) else hub_failure(exc)) is not None:
+            print(f"error: {shown}", file=sys.stderr)    # hub_failure: a Hub read no reader wrapped, same one line
+            code = shown.exit_code
         else:
             raise
     if code == 130:

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from eagle3_quant.cli.app import app
+from eagle3_quant.cli.app import verb
 from eagle3_quant.options import default_of as default
 from eagle3_quant.options import help_of
 from eagle3_quant.validate.bench_options import BenchOptions as B
@@ -21,10 +21,10 @@ def _levels(text: str | None) -> tuple[int, ...]:
         raise typer.BadParameter(f"{text!r} is not a comma-separated list of integers (e.g. 1,4,16,64)") from None
 
 
-@app.command("bench")
+@verb("bench")
 def bench_command(
     out: Annotated[Path, typer.Argument(help="Quantized draft folder (made by `eagle3-quant quantize`).")],
-    target: Annotated[str | None, typer.Option(help=help_of(B, "target"))] = default(B, "target"),
+    target: Annotated[str, typer.Option(help=help_of(B, "target"))],
     reference: Annotated[Path | None, typer.Option(help=help_of(B, "reference"))] = default(B, "reference"),
     prompts: Annotated[str | None, typer.Option(help=help_of(B, "prompts"))] = default(B, "prompts"),
     num_prompts: Annotated[int, typer.Option(help=help_of(B, "num_prompts"))] = default(B, "num_prompts"),

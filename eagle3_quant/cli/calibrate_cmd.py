@@ -13,7 +13,7 @@ from eagle3_quant.calib.engine_taps import Engine
 from eagle3_quant.calib.options import CalibrationOptions as C
 from eagle3_quant.calib.options import ImportOptions
 from eagle3_quant.calib.target import DTYPE_NAMES
-from eagle3_quant.cli.app import app
+from eagle3_quant.cli.app import verb
 from eagle3_quant.options import default_of as default
 from eagle3_quant.options import help_of
 from eagle3_quant.reading.taps import TapConvention
@@ -42,7 +42,7 @@ def _engine_args(text: str | None) -> dict | None:
     return value
 
 
-@app.command("calibrate")
+@verb("calibrate")
 def calibrate_command(
     out: Annotated[Path, typer.Argument(help="Calibration set folder to write (appears only when complete).")],
     draft: Annotated[str, typer.Option(help="The Eagle3 draft (folder or Hub repo id): taps, sizes to check.")],

@@ -5,10 +5,10 @@ from typing import Annotated
 
 import typer
 
-from eagle3_quant.cli.app import app
+from eagle3_quant.cli.app import verb
 
 
-@app.command("card")
+@verb("card")
 def card_command(
     out: Annotated[Path, typer.Argument(help="Quantized draft folder.")],
     repo_id: Annotated[str | None, typer.Option("--repo-id", help="Repository the card will live in.")] = None,

@@ -5,10 +5,10 @@ from typing import Annotated
 
 import typer
 
-from eagle3_quant.cli.app import app
+from eagle3_quant.cli.app import verb
 
 
-@app.command("cost")
+@verb("cost")
 def cost_command(
     src: Annotated[str, typer.Argument(help="Draft folder (BF16 source or quantized output) or Hub repo id.")],
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,

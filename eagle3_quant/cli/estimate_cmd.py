@@ -6,10 +6,10 @@ from typing import Annotated
 
 import typer
 
-from eagle3_quant.cli.app import app
+from eagle3_quant.cli.app import verb
 
 
-@app.command("estimate")
+@verb("estimate")
 def estimate_command(
     out: Annotated[Path, typer.Argument(help="Quantized draft folder.")],
     verify_ms: Annotated[float, typer.Option("--verify-ms", help="Time of one target forward (verification), ms.")],

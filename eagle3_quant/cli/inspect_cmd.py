@@ -5,17 +5,18 @@ from typing import Annotated
 
 import typer
 
-from eagle3_quant.cli.app import app
+from eagle3_quant.cli.app import verb
+from eagle3_quant.cli.quantize_cmd import PlainScheme
 from eagle3_quant.options import default_of as default
 from eagle3_quant.options import help_of
 from eagle3_quant.quantize.options import QuantizeOptions as Q
 
 
-@app.command("inspect")
+@verb("inspect")
 def inspect_command(
     src: Annotated[str, typer.Argument(help="Draft folder or Hub repo id (ORG/NAME).")],
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON on stdout instead of tables.")] = False,
-    scheme: Annotated[str, typer.Option(help="Scheme whose plan to show.")] = default(Q, "scheme"),
+    scheme: Annotated[PlainScheme, typer.Option(help="Scheme whose plan to show.")] = default(Q, "scheme"),
     exclude: Annotated[list[str] | None, typer.Option(help=help_of(Q, "exclude"))] = None,
     quantize_fc: Annotated[bool, typer.Option("--quantize-fc", help=help_of(Q, "quantize_fc"))]
     = default(Q, "quantize_fc"),
@@ -28,7 +29,7 @@ def inspect_command(
     each engine feeds it. Instant."""
     from eagle3_quant.inspection import inspect_draft
 
-    report = inspect_draft(src, scheme, exclude, quantize_fc, revision, target)
+    report = inspect_draft(src, scheme.value, exclude, quantize_fc, revision, target)
     if as_json:
         typer.echo(json.dumps(report.to_dict(), indent=2, allow_nan=False))
         return

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from eagle3_quant.cli.app import app
+from eagle3_quant.cli.app import verb
 from eagle3_quant.options import default_of as default
 from eagle3_quant.options import help_of
 from eagle3_quant.quantize.options import AUTO_SCHEME, ENGINES
@@ -15,11 +15,12 @@ from eagle3_quant.records.serve_taps import SERVE_TAPS
 from eagle3_quant.schemes import ELEMENT_DTYPES, SCHEMES
 
 SchemeName = Enum("SchemeName", {name: name for name in (*SCHEMES, AUTO_SCHEME)}, type=str)
+PlainScheme = Enum("PlainScheme", {name: name for name in SCHEMES}, type=str)    # one scheme, no `auto` ladder
 EngineName = Enum("EngineName", {name: name for name in ENGINES}, type=str)
 ServeTaps = Enum("ServeTaps", {name: name for name in SERVE_TAPS}, type=str)
 
 
-@app.command("quantize")
+@verb("quantize")
 def quantize_command(
     src: Annotated[str, typer.Argument(help="BF16/FP16 draft folder or Hub repo id.")],
     out: Annotated[Path, typer.Argument(help="Output folder (written atomically).")],

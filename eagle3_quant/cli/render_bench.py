@@ -18,6 +18,15 @@ def _interval(row: dict | None) -> str:
     return f"{_num(low, '.4f')}..{_num(high, '.4f')}"
 
 
+def speed_line(speed: dict) -> str:
+    """tokens/s and speedup over no draft on a GPU engine; on a CPU one, why there are none."""
+    if not speed.get("tokens_per_s"):     # a CPU engine: one unwarmed pass per draft is no speed measurement
+        return f"tokens/s and speedup: {speed.get('note') or 'not measured'}"
+    return ("tokens/s: " + ", ".join(f"{n} {_num(v, '.1f')}" for n, v in speed["tokens_per_s"].items())
+            + "; speedup over no draft: " + ", ".join(f"{n} {_num(v, '.2f')}x"
+                                                     for n, v in speed["speedup_over_no_draft"].items()))
+
+
 def print_bench(result) -> None:
     report = result.report
     engine = report["engine"]
@@ -59,11 +68,7 @@ def print_bench(result) -> None:
         f"{name} {lossless[name]['equal_sequences']}/{lossless[name]['sequences']}" for name in ("reference",
                                                                                                  "artifact"))
         + ("" if lossless["lossless"] else "  [red]NOT lossless[/]"))
-    speed = report["speed"]
-    console.print("tokens/s: " + ", ".join(f"{n} {_num(v, '.1f')}" for n, v in speed["tokens_per_s"].items())
-                  + "; speedup over no draft: " + ", ".join(f"{n} {_num(v, '.2f')}x"
-                                                           for n, v in speed["speedup_over_no_draft"].items())
-                  + (f" ({speed['note']})" if speed.get("note") else ""))
+    console.print(speed_line(report["speed"]), markup=False)
     for op, row in report["substituted_ops"].items():
         console.print(f"substituted: _C.{op} ({row['why']}): {row['with']}, called {row['calls']} times")
     sweep = report["concurrency_sweep"]

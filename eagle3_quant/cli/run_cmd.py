@@ -5,10 +5,10 @@ from typing import Annotated
 
 import typer
 
-from eagle3_quant.cli.app import app
+from eagle3_quant.cli.app import verb
 
 
-@app.command("run")
+@verb("run")
 def run_command(
     pipeline: Annotated[Path, typer.Argument(help="Pipeline file (YAML), e.g. pipelines/kimi-k2.5-eagle3-fp8.yaml.")],
     overrides: Annotated[list[str] | None, typer.Option(

@@ -6,18 +6,18 @@ from typing import Annotated
 
 import typer
 
-from eagle3_quant.cli.app import app
-from eagle3_quant.cli.quantize_cmd import SchemeName
+from eagle3_quant.cli.app import verb
+from eagle3_quant.cli.quantize_cmd import PlainScheme
 from eagle3_quant.options import default_of as default
 from eagle3_quant.options import help_of
 from eagle3_quant.quantize.options import SensitivityOptions as S
 
 
-@app.command("sensitivity")
+@verb("sensitivity")
 def sensitivity_command(
     src: Annotated[str, typer.Argument(help="BF16/FP16 draft folder or Hub repo id.")],
     calib: Annotated[Path, typer.Option(help="Calibration set (made by `eagle3-quant calibrate`).")],
-    scheme: Annotated[SchemeName, typer.Option(help=help_of(S, "scheme"))] = default(S, "scheme"),
+    scheme: Annotated[PlainScheme, typer.Option(help=help_of(S, "scheme"))] = default(S, "scheme"),
     group: Annotated[list[str] | None, typer.Option(help=help_of(S, "groups"))] = None,
     max_samples: Annotated[int | None, typer.Option(help=help_of(S, "max_samples"))] = default(S, "max_samples"),
     device: Annotated[str | None, typer.Option(help=help_of(S, "device"))] = default(S, "device"),

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from eagle3_quant.cli.app import app
+from eagle3_quant.cli.app import verb
 from eagle3_quant.options import default_of as default
 from eagle3_quant.options import help_of
 from eagle3_quant.validate.options import ValidateOptions as V
@@ -16,7 +16,7 @@ GATE_HELP = V.gate_fields()
 GATE = Gates()
 
 
-@app.command("validate")
+@verb("validate")
 def validate_command(
     out: Annotated[Path, typer.Argument(help="FP8 draft folder (made by `eagle3-quant quantize`).")],
     reference: Annotated[Path | None, typer.Option(help=help_of(V, "reference"))] = default(V, "reference"),

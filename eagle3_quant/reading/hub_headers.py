@@ -10,6 +10,7 @@ from eagle3_quant.reading.checkpoint import Checkpoint
 from eagle3_quant.reading.config import load_config_file, parse_config
 from eagle3_quant.reading.draft import DraftCheckpoint, read_draft
 from eagle3_quant.reading.formats import detect_format
+from eagle3_quant.reading.hub_errors import hub_reads
 from eagle3_quant.reading.layout import build_layout
 from eagle3_quant.reading.repo_ids import repo_id_problem
 from eagle3_quant.reading.safetensors_header import TensorInfo
@@ -25,16 +26,14 @@ def read_draft_headers(src: str | Path, revision: str | None = None) -> DraftChe
         EntryNotFoundError,
         HfHubHTTPError,
         NotASafetensorsRepoError,
-        RepositoryNotFoundError,
         SafetensorsParsingError,
     )
 
     repo_id = str(src)
     try:
-        config_path = Path(hf_hub_download(repo_id, "config.json", revision=revision))
-        metadata = HfApi().get_safetensors_metadata(repo_id, revision=revision)
-    except RepositoryNotFoundError as exc:
-        raise SourceNotFoundError("Hub repository not found (or private without a token)", path=repo_id) from exc
+        with hub_reads(repo_id):      # unreachable, no such repository, offline with nothing cached
+            config_path = Path(hf_hub_download(repo_id, "config.json", revision=revision))
+            metadata = HfApi().get_safetensors_metadata(repo_id, revision=revision)
     except EntryNotFoundError as exc:
         raise DraftFormatError("config.json is missing", path=repo_id) from exc
     except NotASafetensorsRepoError as exc:

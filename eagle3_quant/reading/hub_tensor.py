@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eagle3_quant.errors import CheckpointFileError, DraftFormatError, SourceNotFoundError
+from eagle3_quant.reading.hub_errors import hub_failure
 from eagle3_quant.reading.safetensors_header import MAX_HEADER_BYTES, TensorInfo, _parse_entry
 
 INDEX = "model.safetensors.index.json"
@@ -35,7 +36,9 @@ def read_hub_json(repo_id: str, filename: str, revision: str | None) -> dict | N
     with _hub_errors(repo_id):
         try:
             path = Path(hf_hub_download(repo_id, filename, revision=revision))
-        except EntryNotFoundError:
+        except EntryNotFoundError as exc:
+            if hub_failure(exc, repo_id) is not None:     # offline or unreachable: not a file the repo lacks
+                raise
             return None
     try:
         return json.loads(path.read_text())
@@ -144,6 +147,9 @@ class _hub_errors:
             return False
         from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
 
+        failure = hub_failure(exc, self.repo_id)     # unreachable, no such repository, offline: the common line
+        if failure is not None:
+            raise failure from exc
         if isinstance(exc, RepositoryNotFoundError | RevisionNotFoundError):
             raise SourceNotFoundError("Hub repository or revision not found (or private without a token)",
                                       path=self.repo_id) from exc

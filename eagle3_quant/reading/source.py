@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eagle3_quant.errors import SourceNotFoundError
+from eagle3_quant.reading.hub_errors import hub_reads
 from eagle3_quant.reading.repo_ids import repo_id_problem
 
 REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -45,18 +46,10 @@ def resolve_source(src: str | Path, revision: str | None = None, include_pickle:
     if problem:      # refused before any request
         raise SourceNotFoundError(f"no such folder, and {problem}", path=text)
     from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError
 
-    try:
+    with hub_reads(text):       # unreachable, no such repository, offline with nothing cached: one line
         local = snapshot_download(repo_id=text, revision=revision, allow_patterns=HUB_PATTERNS)
         if include_pickle and not any(Path(local).glob("*.safetensors")):  # pickles only when nothing else
             local = snapshot_download(repo_id=text, revision=revision, allow_patterns=HUB_PATTERNS + PICKLE_PATTERNS)
-    except RepositoryNotFoundError as exc:
-        raise SourceNotFoundError("Hub repository not found (or private without a token)", path=text) from exc
-    except LocalEntryNotFoundError as exc:
-        raise SourceNotFoundError("not in the local Hub cache and HF_HUB_OFFLINE is set or the Hub is "
-                                  "unreachable", path=text) from exc
-    except HfHubHTTPError as exc:
-        raise SourceNotFoundError(f"Hub download failed: {exc}", path=text) from exc
     local_path = Path(local)
     return DraftSource(path=local_path, repo_id=text, revision=revision, commit=local_path.name)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from eagle3_quant.errors import DraftFormatError, SourceNotFoundError
 from eagle3_quant.reading.config import load_config_file
+from eagle3_quant.reading.hub_errors import hub_reads
 from eagle3_quant.reading.repo_ids import repo_id_problem
 
 TEXT_SECTIONS = ("text_config", "language_config", "llm_config")     # multimodal configs keep the LM's here
@@ -24,7 +25,8 @@ def target_layers(target: str | Path, revision: str | None = None) -> int:
         from huggingface_hub.errors import HfHubHTTPError
 
         try:
-            config_path = Path(hf_hub_download(str(target), "config.json", revision=revision))
+            with hub_reads(str(target)):
+                config_path = Path(hf_hub_download(str(target), "config.json", revision=revision))
         except HfHubHTTPError as exc:
             raise SourceNotFoundError(f"cannot read the target's config.json from the Hub: {exc}",
                                       path=str(target)) from exc

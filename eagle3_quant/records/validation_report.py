@@ -248,3 +248,25 @@ def read_validation(out: str | Path, artifact: Mapping[str, str] | None = None) 
         why = f"failed checks: {', '.join(failed)}" if failed else f"'passed' is {data.get('passed')!r}"
         return ValidationSummary(path, "failed", f"validation did not pass ({why})", **common)
     return ValidationSummary(path, "passed", **common)
+
+
+MEASURED_OFFLINE = "validate --calib"     # the report's acceptance lengths, predicted on a calibration set
+MEASURED_BY_ENGINE = "bench"              # vLLM's own acceptance, in its serving engine
+
+
+def acceptance_measurements(out: str | Path, validation: ValidationSummary,
+                            artifact: Mapping[str, str] | None) -> tuple[str, ...]:
+    """How this artifact's acceptance was measured: offline (`validate --calib`: the report's FP8 acceptance length
+    and ratio) and/or in vLLM's engine (`bench`: the report's engine run, or OUT/bench.json naming these same files).
+    () when by neither: what `push` refuses to publish without --allow-unmeasured."""
+    found = []
+    readable = validation.state in ("passed", "failed")
+    if readable and None not in (validation.metric("acceptance_length_fp8"), validation.metric("acceptance_ratio")):
+        found.append(MEASURED_OFFLINE)
+    engine_run = validation.engine_run if readable else {}
+    if not engine_run.get("acceptance") and artifact is not None:
+        bench = _read_json(Path(out) / BENCH_NAME)
+        engine_run = bench if evidence_problem(bench, artifact) is None else {}
+    if engine_run.get("acceptance"):
+        found.append(MEASURED_BY_ENGINE)
+    return tuple(found)

@@ -10,6 +10,7 @@ from safetensors import safe_open
 
 from eagle3_quant.errors import DraftFormatError
 from eagle3_quant.reading.checkpoint import read_checkpoint
+from eagle3_quant.reading.hub_errors import hub_failure
 from eagle3_quant.reading.repo_ids import is_repo_id
 
 EMBEDDING_SUFFIX = "embed_tokens.weight"
@@ -64,8 +65,9 @@ def _fetch_embedding_shard(repo_id: str, revision: str | None) -> tuple[Path, st
         return Path(hf_hub_download(repo_id, weight_map[name], revision=revision)), name
     except (RepositoryNotFoundError, LocalEntryNotFoundError, HfHubHTTPError, OSError, StopIteration,
             KeyError) as exc:
-        raise DraftFormatError(f"cannot fetch the target's embedding from the Hub ({exc})", path=repo_id,
-                               hint="pass the target's local folder") from exc
+        raise hub_failure(exc, repo_id) or DraftFormatError(
+            f"cannot fetch the target's embedding from the Hub ({exc})", path=repo_id,
+            hint="pass the target's local folder") from exc
 
 
 def read_target_lm_head(target: str | Path, revision: str | None = None) -> torch.Tensor:
