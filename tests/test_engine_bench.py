@@ -38,6 +38,19 @@ PROMPTS = PAIR / "heldout_prompts.safetensors"
 NUM_PROMPTS, MAX_TOKENS = 24, 32
 
 
+def record_in_manifest(artifact: Path, file: Path) -> None:
+    """Record FILE's new size and hash in the artifact's manifest (bench refuses a file its manifest disowns)."""
+    import hashlib
+
+    from eagle3_quant.records.manifest import MANIFEST_NAME
+
+    manifest = json.loads((artifact / MANIFEST_NAME).read_text())
+    for entry in manifest["outputs"]:
+        if entry["path"] == file.name:
+            entry.update(size=file.stat().st_size, sha256=hashlib.sha256(file.read_bytes()).hexdigest())
+    (artifact / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n")
+
+
 def copy_artifact(src: Path, dst: Path) -> Path:
     shutil.copytree(src, dst)
     return dst
@@ -135,6 +148,7 @@ def test_a_damaged_artifact_gets_a_lower_engine_ratio(ptpc, tmp_path):
     tensors = load_file(weights)
     tensors["midlayer.mlp.down_proj.weight_scale"] = tensors["midlayer.mlp.down_proj.weight_scale"] * 4
     save_file(tensors, weights, metadata={"format": "pt"})
+    record_in_manifest(damaged, weights)       # a quantization that wrote bad scales, not a file edited afterwards
     result = bench(damaged, predict=False)
     assert result.lossless                     # the target still verifies every token
     assert result.ratio.high < good.ratio.low, (result.ratio, good.ratio)
