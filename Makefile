@@ -45,7 +45,7 @@ SGLANG_STAMP := $(VENV)/.sglang-installed
 setup-sglang: $(SGLANG_STAMP)
 
 $(SGLANG_STAMP): $(STAMP)
-	$(BIN)/python -m eagle3_quant.validate.engine_install $(SGLANG_SPEC) $(SGLANG_DEPS)
+	$(BIN)/python -m eagle3_quant.engines.install $(SGLANG_SPEC) $(SGLANG_DEPS)
 	$(BIN)/python -m eagle3_quant.validate.sglang_load --probe
 	touch $(SGLANG_STAMP)
 
@@ -89,18 +89,18 @@ demo: setup
 	$(BIN)/python -m fixtures.demo $(DEMO_DIR)
 
 bench: setup
-	$(BIN)/python -m bench
+	$(BIN)/python -m benchmarks
 
 bench-vllm: setup setup-vllm
-	$(BIN)/python -m bench.vllm_load
+	$(BIN)/python -m benchmarks.vllm_load
 
 # `eagle3-quant bench` on the tiny pair in vLLM's real engine (minutes on 2 cores; docs/bench.md)
 bench-engine: setup setup-engine
-	$(BIN)/python -m bench.engine_bench
+	$(BIN)/python -m benchmarks.engine_bench
 
 # `eagle3-quant bench` of every scheme and option on the real pair in vLLM's engine (docs/bench.md's real-pair table)
 bench-real: setup setup-engine real-pair
-	$(BIN)/python -m bench.real_pair
+	$(BIN)/python -m benchmarks.studies.real_pair
 
 clean:
 	rm -rf $(DEMO_DIR) .pytest_cache .ruff_cache

@@ -11,8 +11,9 @@ import inspect
 from dataclasses import dataclass
 
 import torch
-from eagle3_quant.calib.format import CalibrationSample
 from eagle3_quant.calib.target import input_device
+
+from eagle3_quant.records.calibration import CalibrationSample
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from eagle3_quant.calib.format import CalibrationInfo, CalibrationSet
+from eagle3_quant.records.calibration import CalibrationInfo, CalibrationSet
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 

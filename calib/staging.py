@@ -7,9 +7,14 @@ import fcntl
 import shutil
 from pathlib import Path
 
-from eagle3_quant.calib.format import INDEX_NAME, CalibrationInfo, CalibrationSet, CalibrationWriter, load_calibration
-
 from eagle3_quant.errors import DraftFormatError, OutputExistsError
+from eagle3_quant.records.calibration import (
+    INDEX_NAME,
+    CalibrationInfo,
+    CalibrationSet,
+    CalibrationWriter,
+    load_calibration,
+)
 from eagle3_quant.util.outdir import check_output_target, move_into_place
 
 LOCK_NAME = ".lock"

@@ -13,7 +13,7 @@ from eagle3_quant.calib.threads import ThreadShare
 from eagle3_quant.util.progress import Progress
 from eagle3_quant.util.resources import available_memory_bytes
 
-DEFAULT_BATCH = 32          # measured (bench/calib_batch.py): docs/performance.md, "Calibration batch size"
+DEFAULT_BATCH = 32          # measured (benchmarks/calib_batch.py): docs/performance.md, "Calibration batch size"
 MEMORY_SHARE = 4            # a batch's logits and hidden states may take a quarter of the free memory
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 

@@ -4,7 +4,7 @@ The prompts are the project's (`prompts.py`: dataset, chat template, truncation,
 moves. The engine runs in its own Python (`eagle3_quant.engines.environment`: ``--engine-python``, else
 ``EAGLE3_QUANT_ENGINE_PYTHON``, else ``.venv-engine``), in a child process (`eagle3_quant.engines.runner`), on every
 prompt not captured yet at once, so vLLM batches them and spreads the target over its GPUs (tensor, pipeline and
-expert parallel passed through). The child (``eagle3_quant/engines/vllm_export_child.py``) asks vLLM's
+expert parallel passed through). The child (``eagle3_quant/engines/vllm/export_child.py``) asks vLLM's
 ``extract_hidden_states`` for exactly the hidden_states indices the transformers backend captures (the same list,
 `taps`), and writes per sample the connector's file (states [T, n, H], token ids) and a small JSON file (vLLM's
 argmax after each prompt position, the generated tokens) into the hidden sibling ``.OUT.calib-engine/``.
@@ -29,10 +29,9 @@ from pathlib import Path
 
 import torch
 from eagle3_quant.calib.engine_dump import read_engine_record
-from eagle3_quant.calib.format import STATE_DTYPES, CalibrationInfo, CalibrationSample
 
 from eagle3_quant.engines.environment import (
-    CHILDREN,
+    VLLM_CHILDREN,
     EngineInfo,
     EnginePython,
     engine_env,
@@ -41,6 +40,7 @@ from eagle3_quant.engines.environment import (
 )
 from eagle3_quant.engines.runner import ChildCommand, run_child
 from eagle3_quant.errors import CalibrationDataError, EngineError
+from eagle3_quant.records.calibration import STATE_DTYPES, CalibrationInfo, CalibrationSample
 from eagle3_quant.util.progress import Progress
 
 MANIFEST = "export.json"
@@ -125,7 +125,7 @@ def _run_engine(engine: VllmEngine, spec, taps: tuple[int, ...], dtype: str, opt
     request = {"target": spec.name, "dtype": dtype, "layer_ids": list(taps), "samples": list(needed),
                "prompts": [list(p) for p in needed.values()], "max_tokens": opts.generate_tokens + 1,
                "dump": str(folder), "engine": kwargs}
-    command = ChildCommand(engine.python.path, CHILDREN / "vllm_export_child.py",
+    command = ChildCommand(engine.python.path, VLLM_CHILDREN / "export_child.py",
                            name=f"vLLM ({engine.info.distribution} {engine.info.version})",
                            env=engine_env(engine.info), unset=("PYTHONPATH",))
     progress.say(f"{engine.info.describe()}: {len(needed)} prompts in one batch, hidden_states{list(taps)}, "

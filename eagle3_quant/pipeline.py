@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from eagle3_quant.calib.format import INDEX_NAME
 from eagle3_quant.errors import Eagle3QuantError
 from eagle3_quant.pipeline_spec import (
     PipelineSpec,
@@ -26,6 +25,7 @@ from eagle3_quant.pipeline_spec import (
 )
 from eagle3_quant.quantize.options import AUTO_SCHEME
 from eagle3_quant.reading.source import REPO_ID
+from eagle3_quant.records.calibration import INDEX_NAME
 from eagle3_quant.records.manifest import MANIFEST_NAME, Manifest
 
 STAGES = ("calibrate", "quantize", "validate", "bench", "push")
@@ -67,7 +67,7 @@ def run_calibrate(spec: PipelineSpec) -> str:
     if not c.data and not c.from_dump:
         raise _Skip("skipped", "no calibrate.data nor calibrate.from_dump: the validation runs its data-free checks "
                                "only")
-    from eagle3_quant.calib.format import load_calibration
+    from eagle3_quant.records.calibration import load_calibration
 
     if (spec.calib / INDEX_NAME).is_file():
         existing = load_calibration(spec.calib)
@@ -198,7 +198,7 @@ def run_bench(spec: PipelineSpec) -> str:
         done = None
     if isinstance(done, dict) and done.get("artifact_files") == artifact_digests(spec.out):
         raise _Skip("skipped", f"present: {BENCH_NAME} measured these artifact files")
-    from eagle3_quant.validate.engine_bench import bench_draft
+    from eagle3_quant.bench.api import bench_draft
 
     result = bench_draft(spec.out, options)
     ratio, predicted = result.ratio, result.predicted or {}

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from eagle3_quant.bench.options import BenchOptions
 from eagle3_quant.calib.options import CalibrationOptions, ImportOptions
 from eagle3_quant.errors import Eagle3QuantError, PipelineSpecError
 from eagle3_quant.export.options import PushOptions
@@ -20,7 +21,6 @@ from eagle3_quant.quantize.options import AUTO_SCHEME, QuantizeOptions
 from eagle3_quant.reading.limits import MAX_YAML_BYTES, load_yaml_text, read_limited_text
 from eagle3_quant.reading.repo_ids import repo_id_problem
 from eagle3_quant.schemes import DEFAULT_SCHEME, SCHEMES
-from eagle3_quant.validate.bench_options import BenchOptions
 from eagle3_quant.validate.options import ValidateOptions
 
 PIPELINE_VERSION = 1
@@ -240,7 +240,7 @@ def validate_options(spec: PipelineSpec, **runtime: Any) -> ValidateOptions:
 
 def bench_options(spec: PipelineSpec, **runtime: Any) -> BenchOptions:
     """The bench stage's options: the pipeline's target; prompts from the section, else the workdir's set."""
-    from eagle3_quant.calib.format import INDEX_NAME
+    from eagle3_quant.records.calibration import INDEX_NAME
 
     values = section_values(spec.bench)
     if values.get("prompts") is None and (spec.calib / INDEX_NAME).is_file():

@@ -16,7 +16,8 @@ DEFAULT_EXCLUDE_REASONS = {
     "fc": "default: fuses the aux hidden states; SGLang cannot load it FP8",
     "lm_head": "default: output head, BF16 as in AMD's FP8 drafts",
 }
-# measured in docs/families.md (bench/mla_kv_b.py): as costly as any other layer, for 0.3% of the parameters
+# measured in docs/families.md (benchmarks/studies/mla_kv_b.py): as costly as any other layer, for 0.3% of the
+# parameters
 MLA_DEFAULT_EXCLUDE_REASONS = {
     "kv_b_proj": "default (MLA): vLLM's decode absorbs it dequantized to BF16, no FP8 GEMM; "
                  "0.3% of a Kimi-K2.5 MLA draft",

@@ -18,7 +18,7 @@ from eagle3_quant.quantize.source_guard import check_source_unchanged, identitie
 from eagle3_quant.quantize.verify_export import verify_export
 
 from eagle3_quant.engines.choice import check_choice, choose_engines
-from eagle3_quant.engines.loader_compat import LoaderCheck, check_loader_compat, loader_family
+from eagle3_quant.engines.vllm.loader_compat import LoaderCheck, check_loader_compat, loader_family
 from eagle3_quant.errors import LoaderCompatError, SchemeError
 from eagle3_quant.inspection import estimate_output_bytes
 from eagle3_quant.options import build_options, pick_device
@@ -110,12 +110,12 @@ def quantize_draft(src: str | Path, out: str | Path, options: QuantizeOptions | 
 def _quantize_auto(src: str | Path, out: str | Path, opts: QuantizeOptions, command: list[str]) -> QuantizeResult:
     """--scheme auto: every check before any work, the ladder measured in memory, then only the chosen candidate
     written through the normal path (``quantize/auto.py``)."""
-    from eagle3_quant.calib.format import load_calibration
     from eagle3_quant.quantize.auto import run_auto
     from eagle3_quant.quantize.calibration import check_calibration
     from eagle3_quant.quantize.vocab_prune import target_token_counts
 
     from eagle3_quant.lm_head_support import check_quantize_lm_head
+    from eagle3_quant.records.calibration import load_calibration
 
     draft = _read_served(src, opts)
     if opts.quantize_lm_head:
@@ -214,8 +214,9 @@ def _quantize(src: str | Path, out: str | Path, opts: QuantizeOptions, command: 
     with timer.stage("serve taps (measured on --calib)" if calib is not None and taps is None else "serve taps"):
         taps = taps or _serve_taps(draft, opts)
         if chosen.needs_calibration or opts.gptq:   # a set of another draft, or without these layers, is refused
-            from eagle3_quant.calib.format import load_calibration
             from eagle3_quant.quantize.calibration import check_calibration
+
+            from eagle3_quant.records.calibration import load_calibration
 
             check_calibration(draft, load_calibration(calib), taps.indices)
     quark_import = import_quark_in_background(opts.verbose)   # overlaps the source scan below

@@ -26,7 +26,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
-from eagle3_quant.calib.format import CalibrationSet
 from eagle3_quant.quantize.auto_ladder import Candidate, Ladder, build_ladder, vocab_sizes
 from eagle3_quant.quantize.calibration import (
     CALIBRATION_STEPS,
@@ -40,6 +39,7 @@ from eagle3_quant.errors import AcceptanceGateError
 from eagle3_quant.plan import make_plan
 from eagle3_quant.reading.draft import DraftCheckpoint
 from eagle3_quant.records.auto_choice import GATE_RULE, AutoCandidateRecord, AutoChoiceRecord
+from eagle3_quant.records.calibration import CalibrationSet
 from eagle3_quant.records.public_names import public_name
 from eagle3_quant.runtime.acceptance import (
     AcceptanceStats,

@@ -1,14 +1,14 @@
 """What static FP8 and sensitivity share: checking a calibration set against a draft, the embedding the
-draft reads it with, and the batches aligned as vLLM feeds the draft (see ``calib/format.py``)."""
+draft reads it with, and the batches aligned as vLLM feeds the draft (see ``eagle3_quant/records/calibration.py``)."""
 
 from __future__ import annotations
 
 import torch
-from eagle3_quant.calib.format import CalibrationSet
 
 from eagle3_quant.errors import DraftFormatError, Eagle3QuantError
 from eagle3_quant.reading.draft import DraftCheckpoint
 from eagle3_quant.reading.layout import EMBEDDING_NAMES
+from eagle3_quant.records.calibration import CalibrationSet
 
 # Draft steps run from every calibration position when observing activations: vLLM's usual
 # num_speculative_tokens for Eagle3 drafts, so later steps (fed the draft's own hidden) are covered too.

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from eagle3_quant.engines.vllm_names import exclude_pattern
+from eagle3_quant.engines.vllm.names import exclude_pattern
 from eagle3_quant.errors import QuantizationError
 from eagle3_quant.plan import QuantPlan
 

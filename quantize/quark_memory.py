@@ -15,7 +15,6 @@ import json
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from eagle3_quant.calib.format import load_calibration
 from eagle3_quant.quantize.calibration import (
     CALIBRATION_STEPS,
     batch_positions,
@@ -31,6 +30,7 @@ from safetensors import safe_open
 from eagle3_quant.errors import QuantizationError
 from eagle3_quant.plan import QuantPlan
 from eagle3_quant.reading.draft import DraftCheckpoint
+from eagle3_quant.records.calibration import load_calibration
 from eagle3_quant.records.public_names import public_name
 from eagle3_quant.runtime.serving import serving_numerics
 

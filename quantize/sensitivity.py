@@ -22,7 +22,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
-from eagle3_quant.calib.format import load_calibration
 from eagle3_quant.quantize.calibration import (
     CALIBRATION_STEPS,
     calibration_batches,
@@ -38,6 +37,7 @@ from eagle3_quant.options import build_options, pick_device
 from eagle3_quant.plan import make_plan
 from eagle3_quant.reading.draft import DraftCheckpoint, read_draft
 from eagle3_quant.reading.layout import fused_groups
+from eagle3_quant.records.calibration import load_calibration
 from eagle3_quant.records.public_names import public_name
 from eagle3_quant.runtime.serving import serving_numerics
 from eagle3_quant.schemes import Scheme, get_scheme

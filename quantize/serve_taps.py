@@ -110,8 +110,9 @@ def _no_ids_error(draft: DraftCheckpoint, why: str) -> DraftFormatError:
 def decide_serve_taps(draft: DraftCheckpoint, mode: str, calib_path: Path | None, engines: tuple[str, ...],
                       device: str) -> TapsDecision:
     """The layers to serve the artifact with, what to write for them, and the manifest's record."""
-    from eagle3_quant.calib.format import load_calibration
     from eagle3_quant.quantize.calibration import check_calibration_size
+
+    from eagle3_quant.records.calibration import load_calibration
 
     config = draft.config
     calib = load_calibration(calib_path) if calib_path is not None else None

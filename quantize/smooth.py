@@ -158,10 +158,10 @@ def smoothed_tensors(tensors: dict[str, torch.Tensor], prefix: str, draft, sites
 def smooth_draft(draft_ckpt: DraftCheckpoint, calib_path: str | Path, alpha: float, quantized_roles: set[str],
                  steps: int, taps: tuple[int, ...] | None = None) -> tuple[dict[str, torch.Tensor], Smoothing]:
     """(tensors of the smoothed BF16 draft, record). `quantized_roles`: the planned FP8 roles (q_a_proj, ...)."""
-    from eagle3_quant.calib.format import load_calibration
     from eagle3_quant.quantize.calibration import calibration_embedding, check_calibration
     from safetensors import safe_open
 
+    from eagle3_quant.records.calibration import load_calibration
     from eagle3_quant.runtime.loading import load_draft
 
     calib = check_calibration(draft_ckpt, load_calibration(Path(calib_path)), taps)

@@ -48,7 +48,7 @@ class VocabPruning:
 
 def target_token_counts(calib_path: str | Path, vocab: int) -> torch.Tensor:
     """int64 [vocab]: how often the target emits each token in the calibration set (its argmax next tokens)."""
-    from eagle3_quant.calib.format import load_calibration
+    from eagle3_quant.records.calibration import load_calibration
 
     calib = load_calibration(Path(calib_path))
     counts = torch.zeros(vocab, dtype=torch.int64)

@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from eagle3_quant.calib.format import CalibrationInfo, CalibrationSample, CalibrationWriter
 from safetensors.torch import save_file
+
+from eagle3_quant.records.calibration import CalibrationInfo, CalibrationSample, CalibrationWriter
 
 
 def write_target(folder: Path, vocab: int = 512, hidden: int = 64, seed: int = 0) -> Path:
@@ -39,8 +40,9 @@ def write_calibration(folder: Path, target: Path, *, samples: int = 6, seq_len: 
 @torch.no_grad()
 def compare_drafts(base, other, cal: Path) -> tuple[float, float]:
     """(top-1 disagreement, mean KL(base || other)) of two runtime drafts on a calibration set's positions."""
-    from eagle3_quant.calib.format import load_calibration
     from eagle3_quant.quantize.calibration import calibration_batches
+
+    from eagle3_quant.records.calibration import load_calibration
 
     differ = positions = 0
     kl = 0.0

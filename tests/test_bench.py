@@ -10,10 +10,10 @@ import sys
 
 import pytest
 
-from bench.__main__ import main as bench_main
-from bench.drafts import BENCH_SHAPES, cached_draft
-from bench.measure import run_measured
-from bench.report import check_targets
+from benchmarks.__main__ import main as bench_main
+from benchmarks.drafts import BENCH_SHAPES, cached_draft
+from benchmarks.measure import run_measured
+from benchmarks.report import check_targets
 
 
 def test_peak_rss_is_the_childs_own():
@@ -75,7 +75,7 @@ def test_bench_runs_on_tiny_and_writes_json(tmp_path, capsys):
 
 
 def test_step_bytes_table_for_real_draft_shapes():
-    from bench.step_bytes import format_step_bytes, step_bytes
+    from benchmarks.step_bytes import format_step_bytes, step_bytes
 
     results = step_bytes()
     kimi, llama = results["kimi-k2.5"], results["llama3.1-8b"]
@@ -90,7 +90,7 @@ def test_step_bytes_table_for_real_draft_shapes():
 
 
 def test_capture_line_reads_the_ratio_against_its_goal():
-    from bench.report import format_capture
+    from benchmarks.report import format_capture
 
     run = {"target": {"layers": 4, "hidden": 256}, "samples": 16, "seq_len": 256, "generate_tokens": 32,
            "device": "cpu", "torch_threads": 2, "tokens_per_s": 90.0, "bare_tokens_per_s": 100.0, "batch_size": 32,
@@ -101,7 +101,7 @@ def test_capture_line_reads_the_ratio_against_its_goal():
 
 
 def test_backends_line_names_both_rates_and_the_difference():
-    from bench.report import format_backends
+    from benchmarks.report import format_backends
 
     run = {"pair": "real", "samples": 32, "seq_len": 256, "generate_tokens": 32, "dtype": "float32",
            "transformers": {"tokens_per_s": 120.4, "end_to_end_tokens_per_s": 80.0},
@@ -117,7 +117,7 @@ def test_backends_line_names_both_rates_and_the_difference():
 
 @pytest.mark.slow
 def test_calib_capture_bench_reports_both_runs():
-    from bench.calib_capture import main as capture_main
+    from benchmarks.calib_capture import main as capture_main
 
     for generate, size in (("0", "2"), ("4", "1")):
         result = capture_main(["--samples", "2", "--seq-len", "24", "--hidden", "64", "--generate-tokens", generate,

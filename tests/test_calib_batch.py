@@ -78,9 +78,10 @@ def test_calibrate_batched_or_not_gives_the_same_acceptance(tmp_path):
     import json
 
     from eagle3_quant.calib.api import calibrate_target
-    from eagle3_quant.calib.format import load_calibration
     from eagle3_quant.quantize.api import quantize_draft
     from eagle3_quant.validate.api import validate_draft
+
+    from eagle3_quant.records.calibration import load_calibration
 
     rows = [{"text": " ".join(f"w{(i * 7 + j) % 50}" for j in range(8 + i % 20))} for i in range(24)]
     data = tmp_path / "data.jsonl"

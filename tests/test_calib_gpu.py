@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 from eagle3_quant.calib.api import calibrate_target
-from eagle3_quant.calib.format import load_calibration
+
+from eagle3_quant.records.calibration import load_calibration
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA/ROCm GPU (device_map='auto')")]

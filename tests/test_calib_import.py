@@ -7,12 +7,12 @@ import pytest
 import torch
 from calib_capture_fixtures import DRAFT, DRAFT_IDS, TARGET
 from eagle3_quant.calib.api import calibrate_target
-from eagle3_quant.calib.format import CalibrationInfo, CalibrationSample, CalibrationWriter, load_calibration
 from eagle3_quant.calib.importer import import_calibration
 
 from eagle3_quant.cli import main
 from eagle3_quant.errors import CalibrationDataError, DraftFormatError, TargetMismatchError
 from eagle3_quant.reading.formats import DraftFormat
+from eagle3_quant.records.calibration import CalibrationInfo, CalibrationSample, CalibrationWriter, load_calibration
 from fixtures.synthetic import write_synthetic_draft
 
 SPECFORGE_INDICES = [0, 1, 2, 10]   # numeric order differs from the names' order

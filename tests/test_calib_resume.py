@@ -6,11 +6,11 @@ import pytest
 import torch
 from eagle3_quant.calib.api import calibrate_target
 from eagle3_quant.calib.capture import TargetRunner
-from eagle3_quant.calib.format import load_calibration
 from eagle3_quant.calib.staging import staging_dir
 
 from eagle3_quant.cli import main
 from eagle3_quant.errors import DraftFormatError, OutputExistsError
+from eagle3_quant.records.calibration import load_calibration
 
 # batches of 2 prompts, shards of 2 samples: a resume starts where an uninterrupted run starts a batch
 RUN = {"num_samples": 7, "seq_len": 40, "min_tokens": 4, "shard_samples": 2, "batch_size": 2}

@@ -4,12 +4,12 @@ import json
 
 import pytest
 import torch
-from eagle3_quant.calib.format import CalibrationInfo, CalibrationSample, CalibrationWriter, load_calibration
 
 from eagle3_quant.errors import DraftFormatError
 from eagle3_quant.reading.draft import read_draft
 from eagle3_quant.reading.formats import DraftFormat
 from eagle3_quant.reading.taps import TapConvention, resolve_taps
+from eagle3_quant.records.calibration import CalibrationInfo, CalibrationSample, CalibrationWriter, load_calibration
 
 LAYERS = 8   # the "tiny" synthetic draft's target
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 from calib_fixtures import write_calibration, write_target
-from eagle3_quant.calib.format import load_calibration
 
 from eagle3_quant.cli import main
 from eagle3_quant.errors import DraftFormatError
+from eagle3_quant.records.calibration import load_calibration
 
 
 @pytest.fixture

@@ -20,7 +20,6 @@ from pathlib import Path
 import pytest
 import torch
 from eagle3_quant.calib.api import calibrate_target
-from eagle3_quant.calib.format import load_calibration
 from eagle3_quant.calib.vllm_capture import export_dir
 from tiny_pair_fixtures import PAIR, fixture_module
 from validate_helpers import copy_artifact
@@ -28,6 +27,7 @@ from validate_helpers import copy_artifact
 from eagle3_quant.cli import main
 from eagle3_quant.engines import environment
 from eagle3_quant.errors import CalibrationDataError, EngineNotFoundError
+from eagle3_quant.records.calibration import load_calibration
 
 TARGET, DRAFT = PAIR / "target", PAIR / "draft"
 SMALL = {"num_samples": 4, "seq_len": 96, "generate_tokens": 16}

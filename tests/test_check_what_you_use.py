@@ -78,9 +78,9 @@ def test_side_file_added_after_the_scan_is_refused(tmp_path, monkeypatch):
 
 def test_calibration_writer_refuses_non_finite_states(tmp_path):
     import torch
-    from eagle3_quant.calib.format import CalibrationInfo, CalibrationSample, CalibrationWriter
 
     from eagle3_quant.errors import DraftFormatError
+    from eagle3_quant.records.calibration import CalibrationInfo, CalibrationSample, CalibrationWriter
 
     writer = CalibrationWriter(tmp_path / "cal", CalibrationInfo("org/t", (1, 2, 3), 4))
     states = torch.zeros(5, 12)

@@ -143,7 +143,8 @@ LINKS = [(page, target) for page in PAGES for target in links(page) if not re.ma
 
 def test_anchor_rule_matches_github():
     assert github_anchor("The `vllm_load` check") == "the-vllm_load-check"
-    assert github_anchor("MX schemes (`python -m bench.mx_tiny_pair`)") == "mx-schemes-python--m-benchmx_tiny_pair"
+    assert github_anchor("MX schemes (`python -m benchmarks.studies.mx_tiny_pair`)") == \
+        "mx-schemes-python--m-benchmarksstudiesmx_tiny_pair"
     assert github_anchor("Serving the trained layers (`--serve-taps`)") == "serving-the-trained-layers---serve-taps"
 
 

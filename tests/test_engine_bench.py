@@ -57,7 +57,7 @@ def copy_artifact(src: Path, dst: Path) -> Path:
 
 
 def bench(artifact: Path, **options):
-    from eagle3_quant.validate.engine_bench import bench_draft
+    from eagle3_quant.bench.api import bench_draft
 
     return bench_draft(artifact, target=str(PAIR / "target"), reference=PAIR / "draft", prompts=str(PROMPTS),
                        num_prompts=NUM_PROMPTS, max_tokens=MAX_TOKENS, **options)

@@ -7,14 +7,14 @@ import json
 import pytest
 import torch
 from calib_fixtures import write_calibration
-from eagle3_quant.calib.format import CalibrationInfo, CalibrationSample, CalibrationWriter
 from eagle3_quant.calib.target import TargetSpec
-from eagle3_quant.validate.bench_options import BenchOptions
-from eagle3_quant.validate.engine_bench_prompts import load_prompts
 from safetensors.torch import save_file
 from tiny_pair_fixtures import PAIR
 
+from eagle3_quant.bench.options import BenchOptions
+from eagle3_quant.bench.prompts import load_prompts
 from eagle3_quant.errors import CalibrationDataError, OptionsError
+from eagle3_quant.records.calibration import CalibrationInfo, CalibrationSample, CalibrationWriter
 
 TARGET = TargetSpec(str(PAIR / "target"), 4, 128, 1024, "float32", "LlamaForCausalLM")
 

@@ -6,15 +6,15 @@ import json
 import re
 
 import pytest
-from eagle3_quant.validate.bench_options import BenchOptions
-from eagle3_quant.validate.engine_bench import engine_refusal, sweep_section
-from eagle3_quant.validate.engine_bench_stats import (
+
+from eagle3_quant.bench.api import engine_refusal, sweep_section
+from eagle3_quant.bench.options import BenchOptions
+from eagle3_quant.bench.stats import (
     engine_acceptance,
     lossless,
     paired_ratio,
     prompt_counts,
 )
-
 from eagle3_quant.engines.environment import EngineInfo
 from eagle3_quant.records.evidence import BENCH_NAME, NOT_ARTIFACT
 from eagle3_quant.records.validation_report import read_validation, record_engine_run, write_report
@@ -104,8 +104,7 @@ def test_the_concurrency_sweep_is_measured_on_a_gpu_engine_and_skipped_with_the_
 
 
 def test_a_cpu_engine_reports_no_speed_and_a_gpu_engine_its_ratios():
-    from eagle3_quant.validate.engine_bench_stats import speed_section
-
+    from eagle3_quant.bench.stats import speed_section
     from eagle3_quant.cli.render_bench import speed_line
 
     runs = {"none": {"generated_tokens": 100, "generate_s": 10.0, "load_s": 3.0},

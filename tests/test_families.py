@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from eagle3_quant.engines.loader_compat import check_loader_compat, loader_family
-from eagle3_quant.engines.vllm_names import exclude_pattern, runtime_layers
+from eagle3_quant.engines.vllm.loader_compat import check_loader_compat, loader_family
+from eagle3_quant.engines.vllm.names import exclude_pattern, runtime_layers
 from eagle3_quant.errors import DraftFormatError, SchemeError, UnsupportedSourceError
 from eagle3_quant.inspection import inspect_draft
 from eagle3_quant.plan import make_plan

@@ -9,8 +9,8 @@ import pytest
 import torch
 from calib_capture_fixtures import DRAFT, TARGET
 from eagle3_quant.calib.api import calibrate_target
-from eagle3_quant.calib.format import load_calibration
 
+from eagle3_quant.records.calibration import load_calibration
 from fixtures.synthetic import write_synthetic_draft
 
 pytestmark = pytest.mark.slow

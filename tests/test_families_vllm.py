@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from eagle3_quant.engines.loader_compat import check_loader_compat, loader_family
+from eagle3_quant.engines.vllm.loader_compat import check_loader_compat, loader_family
 from eagle3_quant.errors import SchemeError
 from eagle3_quant.plan import PART_ALIASES, make_plan
 from eagle3_quant.reading.draft import read_draft

@@ -79,7 +79,7 @@ def _tensors(folder):
 @torch.no_grad()
 def _linear_inputs(tiny_pair, modules, max_samples=32):
     """Every input each linear of the BF16 draft receives over the rollout (k steps), on the judging set."""
-    from eagle3_quant.calib.format import load_calibration
+    from eagle3_quant.records.calibration import load_calibration
 
     draft = load_draft(tiny_pair.draft, "cpu", torch.float32, embedding=tiny_pair.target)
     seen = {m: [] for m in modules}

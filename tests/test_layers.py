@@ -1,4 +1,7 @@
-"""The package's layers run one way: core <- calib <- quantize <- validate <- export <- CLI / pipeline.
+"""The package's layers run one way: core <- calib <- quantize <- validate <- bench <- export <- CLI / pipeline.
+
+The engines wing (`eagle3_quant/engines/`) is part of the core: its children run in an engine's interpreter and
+import only the core, never a stage. Every module that imports vLLM or SGLang lives in that wing.
 
 Builds the import graph of the installed package from its source (every `import`, lazy ones inside functions
 included, and `from eagle3_quant import NAME` resolved through the lazy public table) and fails on an import
@@ -14,7 +17,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-RANKS = {"core": 0, "calib": 1, "quantize": 2, "validate": 3, "export": 4, "top": 5}
+RANKS = {"core": 0, "calib": 1, "quantize": 2, "validate": 3, "bench": 4, "export": 5, "top": 6}
 TOP = ("eagle3_quant.cli", "eagle3_quant.pipeline", "eagle3_quant.pipeline_spec")
 
 
@@ -22,6 +25,8 @@ def group(module: str) -> str:
     parts = module.split(".")
     if len(parts) > 1 and parts[1] in ("calib", "quantize", "validate", "export"):
         return parts[1]
+    if module == "eagle3_quant.bench" or module.startswith("eagle3_quant.bench."):
+        return "bench"
     if module.startswith(TOP):
         return "top"
     return "core"
@@ -91,3 +96,31 @@ def test_the_check_catches_an_upward_import(tmp_path, source, problem):
     probe.write_text(source)
     bad = upward_imports({"eagle3_quant.quantize.probe": probe}, lazy_table())
     assert any(problem in line for line in bad), bad
+
+
+ENGINE_PACKAGES = ("vllm", "sglang")
+
+
+def engine_imports(path: Path) -> list[str]:
+    """vLLM or SGLang modules `path` imports (lazy ones included)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                 [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else [])
+        found += [n for n in names if n.split(".")[0] in ENGINE_PACKAGES]
+    return found
+
+
+def test_every_module_that_imports_an_engine_lives_in_the_engines_wing():
+    outside = {name: engine_imports(path) for name, path in modules().items()
+               if not name.startswith("eagle3_quant.engines.") and engine_imports(path)}
+    assert outside == {}
+    inside = {name for name, path in modules().items() if name.startswith("eagle3_quant.engines.") and engine_imports(path)}
+    assert {"eagle3_quant.engines.vllm.load_child", "eagle3_quant.engines.sglang.load_child"} <= inside
+
+
+def test_the_engines_wing_imports_only_the_core():
+    mods, lazy = modules(), lazy_table()
+    stage_imports = [f"{name}: {target}" for name, path in mods.items() if name.startswith("eagle3_quant.engines.")
+                     for _, target in imports(path, lazy) if group(target) != "core"]
+    assert stage_imports == []

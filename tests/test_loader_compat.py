@@ -4,8 +4,8 @@ import re
 
 import pytest
 
-from eagle3_quant.engines.loader_compat import check_loader_compat
-from eagle3_quant.engines.vllm_names import exclude_pattern, runtime_layers
+from eagle3_quant.engines.vllm.loader_compat import check_loader_compat
+from eagle3_quant.engines.vllm.names import exclude_pattern, runtime_layers
 from eagle3_quant.errors import SchemeError
 from eagle3_quant.plan import make_plan
 from eagle3_quant.reading.draft import read_draft

@@ -8,7 +8,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 OWNER = ROOT / "eagle3_quant" / "records" / "manifest.py"
-SHIPPED = ("eagle3_quant", "calib", "quantize", "validate", "export", "fixtures", "bench")
+SHIPPED = ("eagle3_quant", "calib", "quantize", "validate", "export", "fixtures", "benchmarks")
 
 
 def _strings_outside_docstrings(tree: ast.AST) -> list[ast.Constant]:

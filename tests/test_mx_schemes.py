@@ -11,8 +11,8 @@ from calib_fixtures import write_calibration, write_target
 from conftest import folder_hashes, load_tensors
 
 from eagle3_quant import load_draft, quantize_draft
-from eagle3_quant.engines.loader_compat import check_loader_compat, vllm_scheme_choice
-from eagle3_quant.engines.vllm_names import exclude_pattern
+from eagle3_quant.engines.vllm.loader_compat import check_loader_compat, vllm_scheme_choice
+from eagle3_quant.engines.vllm.names import exclude_pattern
 from eagle3_quant.errors import DraftFormatError, OptionsError, SchemeError
 from eagle3_quant.reading.formats import DraftFormat
 from eagle3_quant.runtime import mx
@@ -88,10 +88,10 @@ def test_mx_export_packs_weights_and_keeps_fc_lm_head_bf16(mx_runs, scheme):
 @pytest.mark.parametrize("scheme", ["w_mxfp4_a_mxfp4", "w_mxfp4_a_fp8"])
 def test_mx_artifact_runs_in_the_runtime_close_to_bf16(mx_runs, scheme):
     src, cal, result = mx_runs(scheme)
-    from eagle3_quant.calib.format import load_calibration
     from eagle3_quant.quantize.calibration import calibration_batches, calibration_embedding
 
     from eagle3_quant.reading.draft import read_draft
+    from eagle3_quant.records.calibration import load_calibration
 
     embedding = calibration_embedding(read_draft(src), load_calibration(cal))
     ref = load_draft(src, device="cpu", embedding=embedding)

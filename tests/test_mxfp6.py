@@ -11,8 +11,8 @@ import torch
 from conftest import folder_hashes, load_tensors
 
 from eagle3_quant import load_draft, quantize_draft
-from eagle3_quant.engines.loader_compat import check_loader_compat, vllm_scheme_choice
-from eagle3_quant.engines.vllm_names import exclude_pattern
+from eagle3_quant.engines.vllm.loader_compat import check_loader_compat, vllm_scheme_choice
+from eagle3_quant.engines.vllm.names import exclude_pattern
 from eagle3_quant.errors import SchemeError
 from eagle3_quant.reading.formats import DraftFormat
 from eagle3_quant.runtime import mx

@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from eagle3_quant.calib.format import CalibrationInfo, CalibrationSample, CalibrationWriter
 from hub_server.fixtures import PASSED_REPORT, bound
 
 from eagle3_quant.cli import main
 from eagle3_quant.errors import PipelineSpecError
 from eagle3_quant.pipeline import run_pipeline
 from eagle3_quant.pipeline_spec import load_pipeline
+from eagle3_quant.records.calibration import CalibrationInfo, CalibrationSample, CalibrationWriter
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "pipelines" / "kimi-k2.5-eagle3-fp8.yaml"
 REPO = "alice/pipeline-fp8"

@@ -96,7 +96,7 @@ def test_refusals_before_any_work(tmp_path: Path, capsys):
 
 def not_greedy_calibration(folder: Path, target: Path, samples: int = 2, length: int = 24) -> Path:
     """Token ids the target never predicts next (target_next = id + 1): no chain start is a greedy continuation."""
-    from eagle3_quant.calib.format import CalibrationInfo, CalibrationSample, CalibrationWriter
+    from eagle3_quant.records.calibration import CalibrationInfo, CalibrationSample, CalibrationWriter
 
     gen = torch.Generator().manual_seed(0)
     writer = CalibrationWriter(folder, CalibrationInfo(target=str(target), aux_layer_ids=(1, 2, 3),
@@ -257,8 +257,7 @@ def test_pipeline_scheme_auto_reaches_quantize_options(tmp_path: Path):
 def test_reference_once_pairs_as_calibration_fidelity(quantized_tiny, tmp_path: Path):
     """`--scheme auto` drafts the reference once (`chain_acceptance`) and pairs it with each candidate: the
     ratio, its interval and the stats equal `calibration_fidelity`'s, which `validate` runs."""
-    from eagle3_quant.calib.format import load_calibration
-
+    from eagle3_quant.records.calibration import load_calibration
     from eagle3_quant.runtime.acceptance import (
         acceptance_stats,
         calibration_fidelity,

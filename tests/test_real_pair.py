@@ -94,8 +94,7 @@ def test_the_default_quantize_passes_validate_with_both_engines_loaders(real_fp8
 
 
 def test_vllm_serves_the_real_draft_lossless_within_the_gate(real_fp8, tmp_path):
-    from eagle3_quant.validate.engine_bench import bench_draft
-
+    from eagle3_quant.bench.api import bench_draft
     from eagle3_quant.engines import environment
     from eagle3_quant.errors import EngineNotFoundError
 

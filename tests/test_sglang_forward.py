@@ -1,6 +1,7 @@
-"""The sglang_load check's draft forward with SGLang's linears in place (validate/sglang_forward.py), without SGLang:
-a module tree named as SGLang names its Llama Eagle3 linears (fused qkv and gate_up) stands in for SGLang's model,
-so what is tested is the substitution and the logit comparison, not SGLang (tests/test_sglang_load_mx.py runs it)."""
+"""The sglang_load check's draft forward with SGLang's linears in place (eagle3_quant/engines/sglang/forward.py),
+without SGLang: a module tree named as SGLang names its Llama Eagle3 linears (fused qkv and gate_up) stands in for
+SGLang's model, so what is tested is the substitution and the logit comparison, not SGLang
+(tests/test_sglang_load_mx.py runs it)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from eagle3_quant.validate.sglang_forward import compare_forward
 from torch import nn
 
+from eagle3_quant.engines.sglang.forward import compare_forward
 from eagle3_quant.runtime.loading import load_draft
 
 PAIR_DRAFT = Path(__file__).resolve().parent / "fixtures" / "tiny_pair" / "draft"

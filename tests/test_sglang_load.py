@@ -162,7 +162,7 @@ def test_per_shard_patterns_load_the_fused_layer_fp8(judged, artifacts, tmp_path
 
 
 def test_setup_installs_only_what_is_missing_and_never_torch():
-    from eagle3_quant.validate.engine_install import to_install
+    from eagle3_quant.engines.install import to_install
 
     todo = to_install("pytest==0.0.1", ["torch==1.0", "transformers==1.0", "ruff==0.0.1", "no-such-dist-xyz==1.0"])
     assert todo == ["pytest==0.0.1", "no-such-dist-xyz==1.0"]   # the engine at its exact version; ruff kept as is

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from eagle3_quant.calib.format import load_calibration
 from eagle3_quant.validate.api import validate_draft
 from eagle3_quant.validate.report import Gates
 from eagle3_quant.validate.vllm_load import vllm_missing_reason
@@ -24,6 +23,7 @@ from validate_helpers import copy_artifact
 from eagle3_quant.reading.draft import read_draft
 from eagle3_quant.reading.families import DraftFamily, MlaDims
 from eagle3_quant.reading.formats import DraftFormat
+from eagle3_quant.records.calibration import load_calibration
 from eagle3_quant.records.manifest import Manifest
 from eagle3_quant.runtime.loading import load_draft
 from eagle3_quant.runtime.mla import MlaAttention
@@ -230,8 +230,8 @@ def test_fp8_mla_draft_with_its_mlp_gate_up_in_bf16_keeps_99_percent(tiny_pair, 
 
 @pytest.mark.slow
 def test_smoothed_mla_draft_is_validated_against_the_unsmoothed_draft(tiny_pair, report, tmp_path):
-    """`--smooth-alpha 0.5` (bench/mla_fp8_remedies.py): measured ratio 0.9907 (95% CI 0.9850..0.9963), top-1
-    0.9507 with the fp32 prediction; about 0.997 in vLLM's serving numerics (bf16, what validate computes now),
+    """`--smooth-alpha 0.5` (benchmarks/studies/mla_fp8_remedies.py): measured ratio 0.9907 (95% CI 0.9850..0.9963),
+    top-1 0.9507 with the fp32 prediction; about 0.997 in vLLM's serving numerics (bf16, what validate computes now),
     its interval overlapping the default plan's: activations have no outlier channels to migrate
     (docs/families.md). validate judges it against the unsmoothed BF16 draft: folded BF16 tensors and FP8
     weights are left out of the byte and SQNR comparisons, everything else is checked as usual."""

@@ -99,9 +99,8 @@ def test_bad_input_is_one_error_line(tmp_path, capsys):
 
 
 def test_calibration_of_another_draft_is_refused(artifact, tmp_path):
-    from eagle3_quant.calib.format import CalibrationInfo, CalibrationSample, CalibrationWriter
-
     from eagle3_quant.errors import DraftFormatError
+    from eagle3_quant.records.calibration import CalibrationInfo, CalibrationSample, CalibrationWriter
 
     src, out = artifact
     writer = CalibrationWriter(tmp_path / "cal", CalibrationInfo("t", (1, 2, 3), 64))   # the draft reads 3, 5, 6

@@ -21,7 +21,7 @@ from eagle3_quant.validate.vllm_load import (
 )
 from vllm_artifacts import VARIANTS, build_variant, with_quark_plain_exclude
 
-from eagle3_quant.engines.loader_compat import check_loader_compat
+from eagle3_quant.engines.vllm.loader_compat import check_loader_compat
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(vllm_missing_reason() is not None, reason=str(vllm_missing_reason()))]

@@ -2,7 +2,8 @@
 and without q_lora_rank, with and without exclusions, and drafts sharing the target's lm_head: config,
 QuarkConfig, model class, loader, vLLM's post-load W_UK/W_UV, and its forward in both MLA forms (decode:
 absorbed; prefill: kv_b_proj) against the runtime in the same form. Only the attention kernel is stood in for
-(validate/vllm_harness.py). Skipped, with the reason, only where vLLM is not installed (`make setup-vllm`).
+(eagle3_quant/engines/vllm/cpu_patches.py). Skipped, with the reason, only where vLLM is not installed
+(`make setup-vllm`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from eagle3_quant.validate.vllm_load import (
 )
 from test_runtime_shared_lm_head import without_lm_head
 
-from eagle3_quant.engines.loader_compat import check_loader_compat, loader_family
+from eagle3_quant.engines.vllm.loader_compat import check_loader_compat, loader_family
 from eagle3_quant.reading.draft import read_draft
 from fixtures.synthetic import write_synthetic_draft
 

@@ -9,13 +9,13 @@ import pytest
 import torch
 from calib_fixtures import write_calibration, write_target
 from conftest import folder_hashes, load_tensors
-from eagle3_quant.calib.format import load_calibration
 from eagle3_quant.quantize.api import quantize_draft
 from eagle3_quant.quantize.vocab_prune import choose_vocab
 from safetensors.torch import save_file
 
 from eagle3_quant.cli import main
 from eagle3_quant.errors import DraftFormatError, SchemeError
+from eagle3_quant.records.calibration import load_calibration
 from fixtures.synthetic import DraftShape, write_synthetic_draft
 
 VOCAB = 512

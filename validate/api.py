@@ -6,22 +6,23 @@ import dataclasses
 import math
 from pathlib import Path
 
-from eagle3_quant.calib.format import CalibrationSet, load_calibration
 from eagle3_quant.validate.gate_choice import artifact_scheme
 from eagle3_quant.validate.kernel_check import kernel_checks, run_kernel_check
 from eagle3_quant.validate.options import ValidateOptions
 from eagle3_quant.validate.report import REPORT_NAME, Check, Gates, ValidationReport, failed, gate, skipped
 from eagle3_quant.validate.sglang_load import CHECK as SGLANG_CHECK
 from eagle3_quant.validate.sglang_load import sglang_load_check
-from eagle3_quant.validate.structure import Fp8Artifact, read_artifact, read_reference, structure_checks
+from eagle3_quant.validate.structure import structure_checks
 from eagle3_quant.validate.taps_report import candidate_rows, depth, served_view, taps_metrics
 from eagle3_quant.validate.vllm_load import CHECK_NAME as VLLM_CHECK
 from eagle3_quant.validate.vllm_load import VllmLoadOptions, check_vllm_load
 
 from eagle3_quant.errors import DraftFormatError, Eagle3QuantError
 from eagle3_quant.options import build_options
+from eagle3_quant.reading.artifact import Fp8Artifact, read_artifact, read_reference
 from eagle3_quant.reading.draft import DraftCheckpoint
 from eagle3_quant.reading.layout import EMBEDDING_NAMES
+from eagle3_quant.records.calibration import CalibrationSet, load_calibration
 from eagle3_quant.records.evidence import artifact_digests
 from eagle3_quant.records.manifest import MANIFEST_NAME, Manifest
 from eagle3_quant.records.public_names import public_name
@@ -114,7 +115,8 @@ def _sqnr(art: Fp8Artifact, reference: DraftCheckpoint | None, gates: Gates) -> 
     if reference is None:
         return skipped("weight_sqnr", "needs a reference draft (--reference)"), []
     from eagle3_quant.validate.fidelity import weight_sqnr
-    from eagle3_quant.validate.structure import smoothed_tensors
+
+    from eagle3_quant.reading.artifact import smoothed_tensors
 
     folded = smoothed_tensors(art.path)     # --smooth-alpha: these weights hold its scales, the reference does not
     layers = [layer for layer in weight_sqnr(art, reference) if layer["module"] + ".weight" not in folded]

@@ -7,9 +7,9 @@ from __future__ import annotations
 import math
 
 import torch
-from eagle3_quant.validate.structure import Fp8Artifact
 from safetensors import safe_open
 
+from eagle3_quant.reading.artifact import Fp8Artifact
 from eagle3_quant.reading.draft import DraftCheckpoint
 from eagle3_quant.runtime.acceptance import Fidelity, calibration_fidelity
 from eagle3_quant.runtime.mx import dequantize_mx

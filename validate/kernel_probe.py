@@ -14,9 +14,9 @@ from pathlib import Path
 
 import torch
 from eagle3_quant.validate.platform import Platform
-from eagle3_quant.validate.structure import read_artifact
 from safetensors import safe_open
 
+from eagle3_quant.reading.artifact import read_artifact
 from eagle3_quant.reading.layout import FUSED_GROUPS, MLA_FUSED_GROUPS
 from eagle3_quant.runtime import fp8
 

@@ -98,7 +98,8 @@ def native_mxfp4_numerics(out: Path, device: str) -> list[dict]:
     """On gfx950 with AITER: every MXFP4 linear of OUT through vLLM's native path, against `mx_reference`."""
     from aiter.ops.triton.gemm_afp4wfp4 import gemm_afp4wfp4
     from aiter.ops.triton.quant import dynamic_mxfp4_quant
-    from eagle3_quant.validate.structure import read_artifact
+
+    from eagle3_quant.reading.artifact import read_artifact
 
     art = read_artifact(out)
     rows = []

@@ -12,7 +12,7 @@ from safetensors import safe_open
 from eagle3_quant.runtime.mx import MX_BLOCK, element_bits_of
 
 if TYPE_CHECKING:
-    from eagle3_quant.validate.structure import Fp8Artifact
+    from eagle3_quant.reading.artifact import Fp8Artifact
 
 SHOWN = 3
 

@@ -7,8 +7,8 @@ SGLang on purpose, ``d2t`` becomes ``hot_token_id``; an embedding the draft lack
 quantized linear, after ``process_weights_after_loading``, gives what this project's runtime gives on the same
 tensors (max |delta| within `LINEAR_TOLERANCE` of max |output|); the runtime's draft forward with SGLang's linears
 in place gives the runtime's logits (within `LOGIT_TOLERANCE`). What it does not prove: the GPU kernels (on CPU
-its FP8 quantization and its MXFP4 AITER kernels are torch math, see ``sglang_patches.py``), nor SGLang's own
-attention (that needs its attention backend and a forward batch).
+its FP8 quantization and its MXFP4 AITER kernels are torch math, see ``engines/sglang/cpu_patches.py``), nor
+SGLang's own attention (that needs its attention backend and a forward batch).
 
 ``python -m eagle3_quant.validate.sglang_load ARTIFACT`` prints the check; ``--probe`` only checks that SGLang
 imports with the CPU patches (``make setup-sglang``).
@@ -33,7 +33,7 @@ LINEAR_TOLERANCE = 0.01          # max |SGLang - runtime| of a quantized linear,
 # measured on the tiny pair, exactly the runtime's own difference with a bf16 SiLU-mul (PTPC FP8 and MXFP4: 0).
 LOGIT_TOLERANCE = 0.05
 TIMEOUT_S = 600
-CHILD = "eagle3_quant.validate.sglang_child"
+CHILD = "eagle3_quant.engines.sglang.load_child"
 INSTALL_HINT = "SGLang is not installed (make setup-sglang installs 0.5.23 into .venv)"
 
 
@@ -97,7 +97,7 @@ def run_sglang(args: list[str], timeout: float = TIMEOUT_S) -> dict:
 
 def fed_problems(result: dict, artifact: Path | None) -> list[str]:
     """SGLang feeds other layers than the manifest says the artifact is served with, or fewer than its fc reads."""
-    from eagle3_quant.validate.vllm_load import served_layers
+    from eagle3_quant.records.serve_taps import served_layers
 
     fed = result.get("fed_layers") or {}
     if fed.get("layers") is None:

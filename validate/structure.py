@@ -5,8 +5,6 @@ Every check collects all its problems (the first few are named) instead of stopp
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -16,69 +14,25 @@ from eagle3_quant.validate.report import Check, failed, passed, skipped
 from safetensors import safe_open
 
 from eagle3_quant.engines.aux_taps import apply_written
-from eagle3_quant.engines.loader_compat import check_loader_compat, loader_family
-from eagle3_quant.errors import DraftFormatError, ManifestError
-from eagle3_quant.reading.checkpoint import Checkpoint, read_checkpoint
-from eagle3_quant.reading.config import DraftConfig, load_config_file, parse_config
+from eagle3_quant.engines.vllm.loader_compat import check_loader_compat, loader_family
+from eagle3_quant.errors import ManifestError
+from eagle3_quant.reading.artifact import (
+    MX_ELEMENT_DTYPES,
+    SCALE_SUFFIXES,
+    VOCAB_TENSORS,
+    Fp8Artifact,
+    pruned_vocab,
+    smoothed_tensors,
+    written_taps,
+)
 from eagle3_quant.reading.draft import DraftCheckpoint
-from eagle3_quant.reading.formats import detect_format
-from eagle3_quant.reading.layout import DraftLayout, build_layout
 from eagle3_quant.reading.safetensors_header import FLOAT_DTYPES, FP8_DTYPES, TensorInfo
 from eagle3_quant.records.manifest import MANIFEST_NAME, Manifest
-from eagle3_quant.runtime.mx import ELEMENT_BITS, packed_width
-from eagle3_quant.runtime.mx_loading import mx_modules, mx_unpacked_shape, mx_weight_element
+from eagle3_quant.runtime.mx import packed_width
+from eagle3_quant.runtime.mx_loading import mx_unpacked_shape
 
-MX_ELEMENT_DTYPES = tuple(ELEMENT_BITS)
-
-SCALE_SUFFIXES = ("weight_scale", "input_scale")
 ROWS_PER_CHUNK = 4096
 SHOWN = 3
-
-
-@dataclass(frozen=True)
-class Fp8Artifact:
-    """An FP8 draft folder as read from disk: its tensors, config and which linears hold FP8 weights."""
-
-    path: Path
-    checkpoint: Checkpoint
-    raw_config: dict
-    config: DraftConfig
-    layout: DraftLayout
-    fp8_modules: tuple[str, ...]          # every quantized linear: FP8, or packed MX when `mx_modules` names it
-    mx_modules: tuple[str, ...] = ()
-
-    @property
-    def quant_config(self) -> dict:
-        qc = self.raw_config.get("quantization_config")
-        return qc if isinstance(qc, dict) else {}
-
-    @property
-    def mx_element(self) -> str:
-        """The MX element dtype the config declares for the weights ("fp4", "fp6_e2m3", "fp6_e3m2")."""
-        return mx_weight_element(self.raw_config, self.path)
-
-    def role_of(self, module: str) -> str:
-        return next(lin.role for lin in self.layout.linears if lin.module == module)
-
-
-def read_artifact(out: Path) -> Fp8Artifact:
-    """Headers and config of OUT; the draft's layout is checked as if its FP8 weights were BF16."""
-    raw = load_config_file(out / "config.json")
-    checkpoint = read_checkpoint(out)
-    mx = tuple(sorted(mx_modules(checkpoint.tensors, out)))
-    fp8 = tuple(sorted({n.removesuffix(".weight") for n, i in checkpoint.tensors.items() if i.dtype in FP8_DTYPES}
-                       | set(mx)))
-    scales = {f"{m}.{s}" for m in fp8 for s in SCALE_SUFFIXES}
-    view = {n: dataclasses.replace(i, dtype="BF16") if i.dtype in FP8_DTYPES else i
-            for n, i in checkpoint.tensors.items() if n not in scales}
-    for module in mx:      # packed MX: the float width is 32 per E8M0 scale
-        view[module + ".weight"] = dataclasses.replace(view[module + ".weight"], dtype="BF16",
-                                                       shape=mx_unpacked_shape(checkpoint.tensors, module))
-    fmt = detect_format(view, raw, str(out))
-    float_raw = {k: v for k, v in raw.items() if k != "quantization_config"}
-    config = parse_config(float_raw, fmt, out / "config.json")
-    layout = build_layout(fmt, config, view, str(out))
-    return Fp8Artifact(out, checkpoint, raw, config, layout, fp8, mx)
 
 
 def _listed(problems: list[str]) -> str:
@@ -157,34 +111,6 @@ def check_finite(art: Fp8Artifact) -> Check:
     if problems:
         return failed("finite", _listed(problems))
     return passed("finite", f"no NaN/Inf (FP8 NaN encodings included) in {checked} float tensors")
-
-
-VOCAB_TENSORS = frozenset({"lm_head.weight", "d2t", "t2d"})
-
-
-def pruned_vocab(out: Path) -> int | None:
-    """The draft vocabulary `quantize --draft-vocab` pruned OUT to (its manifest says), else None."""
-    try:
-        return int((Manifest.read(out).vocab_pruning or {})["draft_vocab"])
-    except (ManifestError, KeyError, TypeError, ValueError):
-        return None
-
-
-def written_taps(out: Path) -> dict:
-    """The aux layer ids `quantize --serve-taps trained` wrote into OUT's config (its manifest says), else {}."""
-    try:
-        record = Manifest.read(out).serve_taps
-    except ManifestError:
-        return {}
-    return dict(record.written) if record is not None else {}
-
-
-def smoothed_tensors(out: Path) -> set[str]:
-    """The BF16 tensors `quantize --smooth-alpha` folded its scales into (its manifest says)."""
-    try:
-        return {str(n) for n in (Manifest.read(out).smoothing or {}).get("folded_tensors", [])}
-    except (ManifestError, TypeError, AttributeError):
-        return set()
 
 
 def check_unchanged(art: Fp8Artifact, reference: DraftCheckpoint | None) -> Check:
@@ -303,25 +229,3 @@ def check_manifest(out: Path) -> Check:
 def structure_checks(art: Fp8Artifact, reference: DraftCheckpoint | None) -> list[Check]:
     return [check_fp8_weights(art), check_finite(art), check_unchanged(art, reference), check_config(art, reference),
             check_loader(art), check_manifest(art.path)]
-
-
-def read_reference(reference: Path | None, out: Path) -> DraftCheckpoint | None:
-    """The BF16 draft to compare with: the one given, else the manifest's local source if it still exists."""
-    from eagle3_quant.reading.draft import read_draft
-    from eagle3_quant.records.public_names import recorded_source_path
-
-    if reference is not None:
-        return read_draft(reference)
-    source = recorded_source_path(out)
-    if source is None:    # outputs written before the local record: an absolute path in the manifest
-        try:
-            source = Manifest.read(out).source.path
-        except ManifestError:
-            return None
-        source = source if Path(source).is_absolute() else None
-    if source and Path(source).is_dir():
-        try:
-            return read_draft(source)
-        except DraftFormatError:
-            return None
-    return None

@@ -6,7 +6,7 @@ checkpoint holds, every tensor is consumed (``t2d`` is skipped by vLLM on purpos
 in its parameter - and vLLM's ``combine_hidden_states`` -> ``forward`` -> ``compute_logits`` agrees with the
 project's runtime (for an MLA draft in both of vLLM's MLA forms: absorbed decode and kv_b_proj prefill). What
 it does not prove: GPU kernels (the FP8 GEMM runs through torch on CPU) and the attention kernel (paged or MLA,
-replaced by a causal attention with fp32 scores; the report says so, see vllm_harness.py).
+replaced by a causal attention with fp32 scores; the report says so, see engines/vllm/cpu_patches.py).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ CHECK_NAME = "vllm_load"
 QUANTIZED_METHODS = ("QuarkLinearMethod",)
 MAX_RELATIVE_DLOGIT = 0.01     # max |dlogit| / max |logit| between vLLM's forward and the runtime
 MIN_TOP1 = 0.95
-WORKER = "eagle3_quant.validate.vllm_worker"      # runs in this interpreter: the package and vLLM 0.33 --no-deps
+WORKER = "eagle3_quant.engines.vllm.load_child"      # runs in this interpreter: the package and vLLM 0.33 --no-deps
 MX_NOTE = "; MX GEMMs: vLLM's emulation kernels (dequantize + F.linear), not the gfx950 MX GEMM"
 
 
@@ -48,7 +48,7 @@ def vllm_missing_reason() -> str | None:
 
 
 def run_vllm_load(artifact: str | Path, options: VllmLoadOptions | None = None) -> dict:
-    """The worker's JSON result: {"ok": bool, ...} (see vllm_worker.py); {"ok": False, "error"} when it died."""
+    """The worker's JSON result: {"ok": bool, ...} (engines/vllm/load_child.py); {"ok": False, "error"} if it died."""
     return run_vllm_load_many([artifact], options)[0]
 
 
@@ -81,20 +81,6 @@ def linear_problems(result: dict) -> list[str]:
                             f"{' + ' + info['scheme'] if info['scheme'] else ''} but the checkpoint holds "
                             f"{'FP8' if fp8[module] else 'unquantized'} weights")
     return problems
-
-
-def served_layers(artifact: Path) -> list[int] | None:
-    """The layers `quantize --serve-taps trained` made every engine feed (its manifest), else None."""
-    from eagle3_quant.errors import Eagle3QuantError
-    from eagle3_quant.records.manifest import MANIFEST_NAME, Manifest
-
-    if not (artifact / MANIFEST_NAME).is_file():
-        return None
-    try:
-        record = Manifest.read(artifact).serve_taps
-    except Eagle3QuantError:
-        return None
-    return record.served if record is not None and record.mode == "trained" else None
 
 
 def fed_problems(fed: dict | None, engine: str) -> list[str]:

@@ -6,10 +6,10 @@ from typing import Annotated
 
 import typer
 
+from eagle3_quant.bench.options import BenchOptions as B
 from eagle3_quant.cli.app import verb
 from eagle3_quant.options import default_of as default
 from eagle3_quant.options import help_of
-from eagle3_quant.validate.bench_options import BenchOptions as B
 
 
 def _levels(text: str | None) -> tuple[int, ...]:
@@ -46,7 +46,7 @@ def bench_command(
 ) -> None:
     """Run the target in vLLM's real engine with no draft, the BF16 draft and OUT: vLLM's own acceptance, the
     ratio, losslessness, the offline prediction beside them; OUT/bench.json."""
-    from eagle3_quant.validate.engine_bench import bench_draft
+    from eagle3_quant.bench.api import bench_draft
 
     options = B(target=target, reference=reference, prompts=prompts, num_prompts=num_prompts, max_tokens=max_tokens,
                 prompt_len=prompt_len, k=k, engine_python=engine_python, dtype=dtype, max_num_seqs=max_num_seqs,

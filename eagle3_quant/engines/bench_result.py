@@ -1,4 +1,4 @@
-"""What `bench`'s engine child (``vllm_bench_child.py``) returns, checked like any input before it is used: every
+"""What `bench`'s engine child (``vllm/serve_child.py``) returns, checked like any input before it is used: every
 field of its RESULT (module docstring there) of the declared type, one entry per prompt, counts non-negative
 integers, seconds and rates finite. `result_problem` says what does not fit, in one line (None: it fits); the
 caller reports it as the engine's failure."""

@@ -8,8 +8,8 @@ dependencies are the engine's. One lookup order, used by every verb that runs it
 3. the project's own environment, ``.venv-engine/bin/python`` in the checkout (``make setup-engine``).
 
 `probe_engine` asks that interpreter, in a child process, what it holds (engine distribution and version, torch,
-device) without importing the engine. The child-side code (``probe_child.py``, ``vllm_bench_child.py``,
-``vllm_export_child.py``) runs by its file path and imports only the standard library, torch, safetensors, the
+device) without importing the engine. The child-side code (``probe_child.py``, ``vllm/serve_child.py``,
+``vllm/export_child.py``) runs by its file path and imports only the standard library, torch, safetensors, the
 engine and ``child_protocol.py`` beside it: eagle3-quant is not installed there. `engine_env` is the environment a
 child runs with (`CPU_ENV` on vLLM's CPU build).
 """
@@ -27,6 +27,7 @@ ENV_VAR = "EAGLE3_QUANT_ENGINE_PYTHON"
 PROJECT_ENV = ".venv-engine"
 CHECKOUT = Path(__file__).resolve().parents[2]
 CHILDREN = Path(__file__).resolve().parent
+VLLM_CHILDREN = CHILDREN / "vllm"
 PROBE_TIMEOUT_S = 120.0
 # vLLM's CPU build, offline (facts section 15): the engine core in this process, 1 GiB of KV cache, no thread pinning
 CPU_ENV = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "1",

@@ -14,7 +14,7 @@ from typing import Any
 from eagle3_quant.records.manifest import MANIFEST_NAME, Manifest
 from eagle3_quant.util.hashing import digest_folder
 
-BENCH_NAME = "bench.json"        # `eagle3-quant bench`: vLLM's own measurement (validate/engine_bench.py)
+BENCH_NAME = "bench.json"        # `eagle3-quant bench`: vLLM's own measurement (eagle3_quant/bench/api.py)
 NOT_ARTIFACT = frozenset({"validation.json", MANIFEST_NAME, "README.md", BENCH_NAME})   # report, manifest, card,
                                                                                        # engine run
 

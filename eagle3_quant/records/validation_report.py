@@ -35,7 +35,7 @@ Layout (``report_version`` 1), written by `eagle3-quant validate`::
       "layers": [{"module", "role", "shape", "sqnr_db"}],    # per quantized linear (needs the reference)
       "kernel": {"status", "device", "platform", "backend", "kernels": [...], ...},   # see kernel_check.py
       "versions": {"eagle3-quant", "torch", ...},
-      "engine_run": {...}                    # optional: `eagle3-quant bench` (validate/engine_bench.py), vLLM's own
+      "engine_run": {...}                    # optional: `eagle3-quant bench` (eagle3_quant/bench/api.py), vLLM's own
                                              # acceptance, ratio, lossless, prediction; kept (or taken from
                                              # OUT/bench.json) when validate writes a report for the same files
     }

@@ -2,8 +2,8 @@
 run against its reference on a calibration set (``calibration_fidelity``): shared by `validate` and by
 `quantize --scheme auto`.
 
-Alignment is the calibration set's (``calib/format.py``): the chain started at position t reads the token
-at t+1, and its step j (0-based) proposes the token at t+2+j, which the target predicted as
+Alignment is the calibration set's (``eagle3_quant/records/calibration.py``): the chain started at position t reads
+the token at t+1, and its step j (0-based) proposes the token at t+2+j, which the target predicted as
 ``target_next_ids[t+1+j]``. Under greedy verification the target accepts the leading steps that equal its
 own tokens; the chain's outcome is known only where the sample is the target's greedy continuation, i.e.
 ``input_ids[t+1+i] == target_next_ids[t+i]`` for i = 1..k-1 (what an accepted step fed back is the token
@@ -134,7 +134,7 @@ class CalibrationSample(Protocol):
 
 
 class CalibrationSamples(Protocol):
-    """What the fidelity run reads of a calibration set (``calib.format.CalibrationSet``)."""
+    """What the fidelity run reads of a calibration set (``records.calibration.CalibrationSet``)."""
 
     def samples(self) -> Iterable[CalibrationSample]: ...
 

@@ -71,7 +71,7 @@ def propose_all(draft: Eagle3Draft, input_ids: torch.Tensor, aux_hidden_states: 
 
 def draft_inputs(input_ids: torch.Tensor, aux_hidden_states: torch.Tensor, target_next_ids: torch.Tensor,
                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """One calibration sample (``calib/format.py`` alignment) -> batch of one the draft reads.
+    """One calibration sample (``eagle3_quant/records/calibration.py`` alignment) -> batch of one the draft reads.
 
     The draft step at t reads aux[t] and the token at t+1 and predicts the token at t+2, which the
     target predicted as ``target_next_ids[t+1]``. Returns (input_ids [1, T-1], aux [1, T-1, 3Ht],

@@ -1,0 +1,282 @@
+"""`bench_draft` (`eagle3-quant bench`): the target runs in vLLM's real serving engine three ways on the same prompts
+- no draft, the BF16 reference draft, the artifact - greedy, and vLLM's own spec-decode counters say how well each
+draft drafts. Beside them: whether greedy output with each draft equals the output without one (lossless), the
+offline prediction of `validate` on the same prompts and continuations, and tokens/s.
+
+The engine runs in its own environment and process (``eagle3_quant/engines/runner.py``, ``environment.py``); the
+child is ``eagle3_quant/engines/vllm/serve_child.py``, one per draft. Everything that cannot work is refused in one
+line before any engine starts (``calib/engine_preflight.py``, shared with `calibrate --backend vllm`): a target
+the draft does not fit or without a tokenizer, layer ids beyond the target's depth, an artifact that is not what its
+manifest says, an OUT that cannot be written, bad prompts, no engine environment, a scheme the engine cannot load.
+Writes ``OUT/bench.json`` (atomically, at the end; no local paths) and the ``engine_run`` of OUT's validation report
+when that report is about the same files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from eagle3_quant.bench.options import BenchOptions
+from eagle3_quant.bench.prompts import load_prompts
+from eagle3_quant.bench.stats import (
+    EngineAcceptance,
+    EngineRatio,
+    engine_acceptance,
+    lossless,
+    paired_ratio,
+    prompt_counts,
+    speed_section,
+)
+from eagle3_quant.bench.taps import AS_SHIPPED, served_reference, taps_section
+from eagle3_quant.calib.engine_preflight import engine_preflight
+from eagle3_quant.calib.target import TargetSpec, check_target, read_target
+from eagle3_quant.engines.bench_result import result_problem
+from eagle3_quant.engines.environment import (
+    VLLM_CHILDREN,
+    EngineInfo,
+    EnginePython,
+    engine_env,
+    find_engine_python,
+    probe_engine,
+)
+from eagle3_quant.engines.runner import ChildCommand, ChildRun, run_child
+from eagle3_quant.errors import DraftFormatError, EngineError, OptionsError
+from eagle3_quant.options import build_options
+from eagle3_quant.reading.artifact import read_artifact, read_reference, written_taps
+from eagle3_quant.records.evidence import BENCH_NAME, artifact_digests
+from eagle3_quant.records.public_names import public_name
+from eagle3_quant.records.validation_report import engine_run_of, record_engine_run
+from eagle3_quant.schemes import SCHEMES
+from eagle3_quant.util.outdir import scratch_for
+from eagle3_quant.util.progress import SILENT, Progress
+from eagle3_quant.validate.gate_choice import artifact_scheme
+from eagle3_quant.validate.report import json_safe
+
+BENCH_VERSION = 1
+DRAFTS = ("none", "reference", "artifact")
+SWEEP_SKIPPED = ("{engine}: throughput and TPOT on a CPU say nothing about serving on a GPU; not run. Run bench "
+                 "--concurrency on a GPU machine, with --engine-python pointing at its vLLM")
+
+
+@dataclass(frozen=True)
+class BenchResult:
+    """What `bench_draft` measured; `report` is bench.json's content."""
+
+    path: Path                                    # OUT/bench.json
+    engine: EngineInfo
+    acceptance: dict[str, EngineAcceptance]       # "reference", "artifact": vLLM's own counters
+    ratio: EngineRatio                            # artifact / reference, paired bootstrap over prompts
+    lossless: bool                                # every greedy output with either draft equals the no-draft one
+    predicted: dict | None                        # validate's offline prediction on the same sequences
+    validation_note: str | None                   # None: engine_run recorded in validation.json; else why not
+    report: dict[str, Any]
+
+
+def engine_refusal(info: EngineInfo, scheme: str | None) -> str | None:
+    """Why this engine cannot load an artifact of `scheme` (None: it can, or the scheme is not ours to judge)."""
+    known = SCHEMES.get(scheme) if scheme else None
+    if known is None:
+        return None
+    why = known.why_not("vllm")
+    if why:
+        return why
+    if known.mx and info.cpu:
+        return (f"{info.distribution} {info.version} on a CPU cannot run {scheme}: vLLM lists no MXFP4/MXFP6 linear "
+                "kernel for its CPU platform (vllm/model_executor/kernels/linear); run bench on a GPU with "
+                "--engine-python")
+    return None
+
+
+def _command(python: EnginePython, info: EngineInfo) -> ChildCommand:
+    return ChildCommand(python.path, VLLM_CHILDREN / "serve_child.py", name=f"vLLM ({info.distribution} "
+                        f"{info.version})", env=engine_env(info), unset=("PYTHONPATH",))
+
+
+def _requests(opts: BenchOptions, target: TargetSpec, drafts: dict[str, Path | None], prompts: list[list[int]],
+              sweep: dict | None) -> dict[str, dict]:
+    longest = max(len(p) for p in prompts) + opts.max_tokens + opts.k + 16
+    if sweep:
+        longest = max(longest, opts.input_len + opts.output_len + opts.k + 16)
+    return {name: {"target": target.name, "draft": str(draft) if draft else None, "k": opts.k, "dtype": opts.dtype,
+                   "prompts": prompts, "max_tokens": opts.max_tokens, "max_model_len": longest,
+                   "max_num_seqs": max(opts.max_num_seqs, *opts.concurrency) if sweep else opts.max_num_seqs,
+                   "seed": opts.seed, "sweep": sweep}
+            for name, draft in drafts.items()}
+
+
+def _check_inputs(opts: BenchOptions, out: Path):
+    art = read_artifact(out)
+    reference = read_reference(opts.reference, out)
+    if reference is None:
+        raise DraftFormatError("no BF16 reference draft: the source recorded at quantization is gone", path=out,
+                               field="reference", hint="pass --reference with the BF16 draft")
+    if not opts.target:
+        raise OptionsError("bench runs the target in vLLM: name it", field="target", hint="pass --target")
+    target = read_target(opts.target)
+    check_target(target, art.config, str(out))
+    check_target(target, reference.config, str(reference.path))
+    return art, reference, target
+
+
+def _engine_result(run: ChildRun, command: ChildCommand, request: dict, target: TargetSpec, sweep: dict | None,
+                   log: Path) -> dict:
+    """The child's result once it fits the schema (`bench_result.py`); else the engine's failure, in one line naming
+    the log of its last lines (kept beside OUT)."""
+    result = run.checked()
+    problem = result_problem(result, len(request["prompts"]), request["k"], target.vocab_size, sweep)
+    if problem is None:
+        return result
+    try:
+        log.write_text(run.stderr_tail + "\n")
+        where = f"the engine's last log lines: {log}"
+    except OSError as exc:
+        where = f"its log could not be kept ({exc.strerror or exc})"
+    raise EngineError(f"{command.name} returned a result bench cannot use: {problem}", hint=where)
+
+
+def sweep_section(opts: BenchOptions, info: EngineInfo, runs: dict[str, dict]) -> dict[str, Any]:
+    """`concurrency_sweep`: not requested; skipped on a CPU engine, with the reason; else the measured points."""
+    if not opts.concurrency:
+        return {"status": "not requested"}
+    if info.cpu:
+        return {"status": "skipped", "reason": SWEEP_SKIPPED.format(engine=info.describe())}
+    return {"status": "measured", "input_len": opts.input_len, "output_len": opts.output_len,
+            "prompts": "bench prompts laid end to end, cut to input_len", "points": _sweep_table(runs)}
+
+
+def _sweep_table(runs: dict[str, dict]) -> list[dict]:
+    rows = []
+    for index, point in enumerate(runs["none"]["sweep"]):
+        row = {"concurrency": point["concurrency"]}
+        for name in DRAFTS:
+            measured = runs[name]["sweep"][index]
+            row[name] = {"output_tokens_per_s": measured["output_tokens_per_s"], "tpot_ms": measured["tpot_ms"]}
+        for name in ("reference", "artifact"):
+            base, mine = point["output_tokens_per_s"], row[name]["output_tokens_per_s"]
+            row[name]["speedup"] = mine / base if base and mine else None
+        rows.append(row)
+    return rows
+
+
+def bench_draft(out: str | Path, options: BenchOptions | None = None, *, progress: Progress = SILENT,
+                **overrides) -> BenchResult:
+    """Run OUT, its BF16 reference and no draft in vLLM's engine on the same prompts; write OUT/bench.json.
+
+    `options`: a `BenchOptions` (target, reference, prompts, num_prompts, max_tokens, k, engine_python, dtype,
+    predict, concurrency, ...); keywords override its fields. Bad input raises an `Eagle3QuantError` before any
+    engine starts; an engine that fails or times out raises `EngineError`; Ctrl-C ends the engine's processes."""
+    started = time.perf_counter()
+    opts = build_options(BenchOptions, options, overrides)
+    out = Path(out).expanduser().resolve()
+    art, reference, target = _check_inputs(opts, out)
+    engine_preflight(out, target, {"artifact": (art.config, out), "reference": (reference.config, reference.path)},
+                     artifact=out)
+    prompts, prompt_source = load_prompts(opts, target)
+    python = find_engine_python(opts.engine_python)
+    info = probe_engine(python)
+    scheme = artifact_scheme(out, art.quant_config)
+    refusal = engine_refusal(info, scheme)
+    if refusal:
+        raise EngineError(refusal, path=out)
+    files = artifact_digests(out)
+    sweep = None
+    if opts.concurrency and not info.cpu:
+        sweep = {"concurrency": list(opts.concurrency), "input_len": opts.input_len, "output_len": opts.output_len}
+    written = written_taps(out)
+    with scratch_for(out, "bench-reference") as scratch:
+        # the reference given the artifact's layer ids, so that the ratio is quantization's alone
+        drafts = {"none": None, "reference": served_reference(reference.path, written, scratch / "reference")
+                  if written else reference.path, "artifact": out}
+        if written:
+            drafts[AS_SHIPPED] = reference.path
+        command = _command(python, info)
+        runs = {}
+        for name, request in _requests(opts, target, drafts, prompts, sweep).items():
+            progress.say(f"vLLM {info.version} on {info.device}: {len(prompts)} prompts x {opts.max_tokens} "
+                         f"tokens, draft: {name}")
+            runs[name] = _engine_result(run_child(command, request, opts.timeout_s), command, request, target, sweep,
+                                        out.parent / f".{out.name}.bench-{name}.log")
+    k = opts.k
+    drafted = [name for name in drafts if name != "none"]
+    counts = {name: prompt_counts(runs[name]["per_request"], k) for name in drafted}
+    measured = {name: engine_acceptance(runs[name]["counters"], counts[name], k) for name in drafted}
+    acceptance = {name: measured[name] for name in ("reference", "artifact")}
+    ratio = paired_ratio(counts["reference"], counts["artifact"], opts.seed)
+    same_all = {name: lossless(runs[name]["outputs"], runs["none"]["outputs"]) for name in drafted}
+    same = {name: same_all[name] for name in ("reference", "artifact")}
+    taps = taps_section(written, measured[AS_SHIPPED], measured["reference"],
+                        paired_ratio(counts[AS_SHIPPED], counts["reference"], opts.seed),
+                        same_all[AS_SHIPPED]) if written else None
+    predicted = None
+    if opts.predict:
+        progress.say("offline prediction (validate) on the same prompts and the engine's continuations")
+        predicted = _prediction(out, reference.path, target, art.config, prompts, runs["none"]["outputs"], opts,
+                                ratio)
+    report = _report(opts, info, target, reference.path, prompt_source, prompts, runs, acceptance, ratio, same,
+                     predicted, files, time.perf_counter() - started)
+    if taps:
+        report["serve_taps"] = taps
+    path = _write_json(out / BENCH_NAME, report)
+    note = record_engine_run(out, json_safe(engine_run_of(report)), files)
+    return BenchResult(path, info, acceptance, ratio, all(s["lossless"] for s in same.values()), predicted, note,
+                       report)
+
+
+def _prediction(out: Path, reference: Path, target: TargetSpec, config, prompts, continuations, opts: BenchOptions,
+                ratio: EngineRatio) -> dict:
+    from eagle3_quant.bench.predict import predict
+
+    with scratch_for(out, "bench") as scratch:
+        predicted = predict(out, reference, target, config, prompts, continuations, opts.k, opts.device, scratch)
+    if predicted["acceptance_ratio"] is not None:
+        low, high = predicted["interval"]
+        predicted["engine_minus_predicted"] = ratio.ratio - predicted["acceptance_ratio"]
+        predicted["intervals_overlap"] = ratio.low <= high and low <= ratio.high
+    return predicted
+
+
+def _report(opts: BenchOptions, info: EngineInfo, target: TargetSpec, reference: Path, prompt_source: str,
+            prompts: list[list[int]], runs: dict[str, dict], acceptance: dict[str, EngineAcceptance],
+            ratio: EngineRatio, same: dict[str, dict], predicted: dict | None, files: dict[str, str],
+            seconds: float) -> dict:
+    substituted = {op: row for name in DRAFTS for op, row in runs[name].get("substituted_ops", {}).items()
+                   if row["calls"]}
+    calls = {op: sum(runs[name].get("substituted_ops", {}).get(op, {}).get("calls", 0) for name in DRAFTS)
+             for op in substituted}
+    sweep = sweep_section(opts, info, runs)
+    return {
+        "bench_version": BENCH_VERSION,
+        "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "artifact_files": files,
+        "engine": {**info.to_dict(), "dtype": opts.dtype, "device_kind": "cpu" if info.cpu else "gpu"},
+        "target": public_name(target.name), "reference": public_name(str(reference)),
+        "prompts": {"source": prompt_source, "count": len(prompts), "max_tokens": opts.max_tokens,
+                    "tokens": sum(len(p) for p in prompts)},
+        "k": opts.k, "sampling": "greedy (temperature 0, ignore_eos)",
+        "acceptance": {name: a.to_dict() for name, a in acceptance.items()},
+        "acceptance_ratio": ratio.to_dict(),
+        "lossless": {"lossless": all(s["lossless"] for s in same.values()), **same},
+        "predicted": predicted,
+        "speed": speed_section({name: runs[name] for name in DRAFTS}, info.cpu),
+        "substituted_ops": {op: {"why": row["why"], "calls": calls[op],
+                                 "with": "torch code doing the CUDA kernel's math (engines/vllm/serve_child.py)"}
+                            for op, row in substituted.items()},
+        "concurrency_sweep": sweep,
+        "wall_s": seconds,
+    }
+
+
+def _write_json(path: Path, data: dict) -> Path:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        tmp.write_text(json.dumps(json_safe(data), indent=2, allow_nan=False) + "\n")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path

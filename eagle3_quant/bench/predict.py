@@ -1,0 +1,80 @@
+"""`bench`'s offline prediction: what `validate` predicts for the same prompts and the same continuations the
+engine produced, so the engine's numbers and the prediction stand side by side.
+
+The engine's no-draft greedy outputs are the target's own continuations as vLLM served it. The target runs once
+over each prompt + continuation in transformers (calib's `TargetRunner`, at the layers vLLM feeds this draft),
+giving the states the draft reads and the target's next tokens; that calibration set goes to `validate_draft`
+(data checks only), whose acceptance machinery (``eagle3_quant/runtime/acceptance.py``) does the rest. Chains
+start only where the continuation is also transformers' greedy text (``valid_starts``), so the count of such
+sequences is reported too.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from eagle3_quant.calib.capture import TargetRunner
+from eagle3_quant.calib.engine_taps import capture_taps
+from eagle3_quant.calib.target import TargetSpec, load_model
+from eagle3_quant.reading.config import DraftConfig
+from eagle3_quant.records.calibration import CalibrationInfo, CalibrationSample, CalibrationWriter
+from eagle3_quant.validate.api import validate_draft
+from eagle3_quant.validate.options import ValidateOptions
+
+HOW = ("validate's offline acceptance (eagle3_quant/runtime/acceptance.py) on the engine's no-draft continuations; "
+       "the target's states at the layers vLLM feeds, from transformers in {dtype}")
+
+
+def capture_states(spec: TargetSpec, config: DraftConfig, prompts: list[list[int]], continuations: list[list[int]],
+                   folder: Path) -> tuple[Path, int]:
+    """A calibration set of prompt + continuation per prompt; and how many continuations are also the target's
+    greedy text in transformers."""
+    plan = capture_taps(config, spec.num_layers, "vllm")       # every candidate's layers: validate picks vLLM's
+    dtype = getattr(torch, spec.dtype)
+    runner = TargetRunner(load_model(spec, spec.dtype), plan.indices, dtype)
+    info = CalibrationInfo(spec.name, plan.indices, spec.hidden_size, spec.dtype,
+                           "bench: the engine's no-draft greedy continuations", plan.record.extra())
+    writer = CalibrationWriter(folder, info)
+    greedy = 0
+    for prompt, continuation in zip(prompts, continuations, strict=True):
+        ids = torch.tensor(prompt + continuation, dtype=torch.int64)
+        aux, next_ids = runner.forward(ids)
+        start = len(prompt)
+        greedy += bool((ids[start:] == next_ids[start - 1:-1]).all())
+        writer.add(CalibrationSample(ids, aux, next_ids, start))
+    writer.close()
+    return folder, greedy
+
+
+def predict(out: Path, reference: Path, spec: TargetSpec, config: DraftConfig, prompts: list[list[int]],
+            continuations: list[list[int]], k: int, device: str | None, scratch: Path) -> dict:
+    """validate's prediction of both drafts' acceptance on these sequences (its own report stays in `scratch`)."""
+    calib, greedy = capture_states(spec, config, prompts, continuations, scratch / "calib")
+    options = ValidateOptions(reference=reference, calib=calib, report=scratch / "prediction.json", target=spec.name,
+                              k=k, device=device, kernel=False, vllm=False, sglang=False)
+    metrics = validate_draft(out, options).metrics
+    interval = metrics.get("acceptance_ratio_interval")
+    return {"acceptance_length": {"reference": metrics.get("acceptance_length_bf16"),
+                                  "artifact": metrics.get("acceptance_length_fp8")},
+            "per_position": {"reference": metrics.get("per_position_acceptance_bf16"),
+                             "artifact": metrics.get("per_position_acceptance_fp8")},
+            "acceptance_ratio": metrics.get("acceptance_ratio"),
+            "interval": list(interval) if interval else None,
+            "method": metrics.get("acceptance_ratio_method"),
+            "chains": metrics.get("drafts"), "compute_dtype": metrics.get("compute_dtype"),
+            "device": metrics.get("device"), "target_dtype": spec.dtype,
+            "engine_walk": _walk(metrics.get("engine_walk")), "numerics": metrics.get("prediction"),
+            "greedy_sequences": greedy, "sequences": len(prompts), "how": HOW.format(dtype=spec.dtype)}
+
+
+def _walk(walk) -> dict | None:
+    """The same prediction counted only over the chains vLLM's decoding walk drafts (what the engine counts)."""
+    if not isinstance(walk, dict):
+        return None
+    interval = walk.get("acceptance_ratio_interval")
+    return {"acceptance_ratio": walk.get("acceptance_ratio"), "interval": list(interval) if interval else None,
+            "acceptance_length": {"reference": walk.get("acceptance_length_bf16"),
+                                  "artifact": walk.get("acceptance_length_fp8")},
+            "drafts": {"reference": walk.get("drafts_bf16"), "artifact": walk.get("drafts_fp8")}}
