@@ -75,6 +75,9 @@ def calibrate_target(target: str | Path, draft: str | Path, data: str | Path, ou
         resumed = writer.count
         est_bytes = estimate_bytes(max_tokens, spec.hidden_size, dtype, len(plan.indices))
         progress.say(_plan_text(spec, plan, prompts, max_tokens, est_bytes, resumed, target_output.staging))
+        if writer.discarded:
+            progress.say(f"{len(writer.discarded)} shard(s) of the interrupted run differ from the sha256 recorded "
+                         f"when written, from {writer.discarded[0]} on: captured again")
         if engine:
             captured = capture_with_vllm(engine, out, spec, plan.indices, dtype, opts, tokenizer,
                                          prompts.prompts[resumed:], writer, progress, len(prompts.prompts), resumed)

@@ -109,8 +109,9 @@ class ImportOptions:
                                                 "(hs_{i}.safetensors); auto tells them apart.")
     dump_layer_ids: tuple[int, ...] | None = option(
         None, "vllm/speculators dumps: the eagle_aux_hidden_state_layer_ids the engine ran with (inputs of layer k, "
-              "the layer count = the final layer); default the draft's taps as the engine reads them plus the final "
-              "layer.")
+              "the layer count = the final layer); default: every candidate's layers plus the final layer (what "
+              "calibrate --backend vllm asks vLLM for), else the draft's taps as the engine reads them plus the "
+              "final layer.")
     force: bool = option(False, "Replace OUT if it exists.", pipeline=False)
     revision: str | None = option(None, "Hub revision of the draft.", pipeline=False)
     shard_samples: int = option(64, "Samples per shard file at most.", pipeline=False)

@@ -11,6 +11,7 @@ from eagle3_quant.calib.staging import staging_dir
 from eagle3_quant.cli import main
 from eagle3_quant.errors import DraftFormatError, OutputExistsError
 from eagle3_quant.records.calibration import load_calibration
+from eagle3_quant.util.progress import Silent
 
 # batches of 2 prompts, shards of 2 samples: a resume starts where an uninterrupted run starts a batch
 RUN = {"num_samples": 7, "seq_len": 40, "min_tokens": 4, "shard_samples": 2, "batch_size": 2}
@@ -55,6 +56,37 @@ def test_killed_run_resumes_to_the_uninterrupted_result(tiny_target, tiny_draft,
     assert_same_sets(whole.path, out)
     index = json.loads((out / "calib.json").read_text())
     assert index["complete"] is True and [s["samples"] for s in index["shards"]] == [[0, 1], [2, 3], [4, 5], [6]]
+
+
+class Recorder(Silent):
+    """Keeps what the run says."""
+
+    def __init__(self, said: list[str]) -> None:
+        self.said = said
+
+    def say(self, text: str) -> None:
+        self.said.append(text)
+
+
+def test_a_resume_captures_a_damaged_shard_again(tiny_target, tiny_draft, chat_jsonl, tmp_path, monkeypatch):
+    """Shards are reused only when their sha256 still matches the index: from the first damaged one on, the run
+    captures again, and the result equals an uninterrupted run's."""
+    whole = calibrate_target(tiny_target, tiny_draft, chat_jsonl, tmp_path / "whole", **RUN)
+    out = tmp_path / "cal"
+    with monkeypatch.context() as patch:
+        killed_after(patch, 5)
+        with pytest.raises(KeyboardInterrupt):
+            calibrate_target(tiny_target, tiny_draft, chat_jsonl, out, **RUN)
+    partial = staging_dir(out)
+    shard = partial / "shard-00001.safetensors"
+    data = bytearray(shard.read_bytes())
+    data[-8:] = bytes(8)                                    # the last state values zeroed: header still readable
+    shard.write_bytes(bytes(data))
+    said = []
+    resumed = calibrate_target(tiny_target, tiny_draft, chat_jsonl, out, **RUN, progress=Recorder(said))
+    assert resumed.resumed_samples == 2 and resumed.captured_samples == 5
+    assert any("1 shard(s) of the interrupted run differ" in line and "shard-00001" in line for line in said)
+    assert_same_sets(whole.path, out)
 
 
 def test_rerun_of_a_finished_set_does_nothing(tiny_target, tiny_draft, chat_jsonl, tmp_path):

@@ -126,6 +126,8 @@ def test_verbs_on_a_quantized_draft_name_the_unreachable_repo(quantized_tiny, ma
     _, out = quantized_tiny()
     code, _, err = run_cli(["bench", out, "--target", REPO], capsys)
     _one_error_line(code, err, REPO, f"the Hub at {UNREACHABLE} cannot be reached")
+    code, _, err = run_cli(["validate", out, "--target", REPO, "--no-vllm", "--no-sglang"], capsys)
+    _one_error_line(code, err, REPO, f"the Hub at {UNREACHABLE} cannot be reached")
 
     monkeypatch.setenv("HF_TOKEN", "hf_TestSecretToken0123456789abcdef")
     code, _, err = run_cli(["push", make_out(), "--repo-id", REPO], capsys)

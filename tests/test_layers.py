@@ -115,7 +115,8 @@ def test_every_module_that_imports_an_engine_lives_in_the_engines_wing():
     outside = {name: engine_imports(path) for name, path in modules().items()
                if not name.startswith("eagle3_quant.engines.") and engine_imports(path)}
     assert outside == {}
-    inside = {name for name, path in modules().items() if name.startswith("eagle3_quant.engines.") and engine_imports(path)}
+    inside = {name for name, path in modules().items()
+              if name.startswith("eagle3_quant.engines.") and engine_imports(path)}
     assert {"eagle3_quant.engines.vllm.load_child", "eagle3_quant.engines.sglang.load_child"} <= inside
 
 

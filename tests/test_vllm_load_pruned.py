@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -34,7 +35,13 @@ def pruned(tmp_path_factory) -> tuple[Path, dict]:
     src = write_synthetic_draft(root / "src", "tiny")
     cal = calibration_set(root)
     out = quantize_draft(src, root / "pruned", device="cpu", calib=cal, draft_vocab=KEPT).output
-    return out, run_vllm_load(out, VllmLoadOptions(calib=cal))
+    cwd = os.getcwd()
+    os.chdir(root)       # relative paths, as a pipeline's workdir gives them (the worker runs in its own folder)
+    try:
+        result = run_vllm_load(out.relative_to(root), VllmLoadOptions(calib=Path(cal).relative_to(root)))
+    finally:
+        os.chdir(cwd)
+    return out, result
 
 
 def test_vocab_pruned_artifact_loads_in_vllm_through_its_d2t(pruned):

@@ -90,7 +90,7 @@ def run_sglang(args: list[str], timeout: float = TIMEOUT_S) -> dict:
     its JSON, or {"error": one line}."""
     command = ChildCommand(sys.executable, CHILD, name="SGLang's loader", env=_child_env())
     request = {"probe": True} if args == ["--probe"] else \
-        {"artifact": args[0], "num_target_layers": int(args[1]) if len(args) > 1 else None}
+        {"artifact": str(Path(args[0]).resolve()), "num_target_layers": int(args[1]) if len(args) > 1 else None}
     run = run_child(command, request, timeout_s=timeout)
     return run.result if run.ok else {"error": run.error}
 

@@ -10,7 +10,7 @@ from eagle3_quant.calib.engine_taps import Engine, engine_taps, held_candidates,
 from eagle3_quant.calib.served import draft_view, target_layers
 
 from eagle3_quant.engines.aux_taps import engine_feeds
-from eagle3_quant.errors import DraftFormatError
+from eagle3_quant.errors import DraftFormatError, Eagle3QuantError
 from eagle3_quant.reading.config import DraftConfig
 from eagle3_quant.records.calibration import CalibrationSet
 
@@ -24,7 +24,11 @@ def depth(calib: CalibrationSet | None, target: str | Path | None) -> int | None
 
         try:
             layers = read_target(source).num_layers
-        except Exception:   # noqa: BLE001 - an unreadable target only leaves the defaults unknown
+        except Eagle3QuantError:
+            if target is not None:      # named by the user (--target): an unreachable Hub or a bad folder is an error
+                raise
+            return None
+        except Exception:   # noqa: BLE001 - the set's recorded target unreadable only leaves the defaults unknown
             return None
     return layers
 

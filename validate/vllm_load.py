@@ -56,7 +56,7 @@ def run_vllm_load_many(artifacts: list[str | Path], options: VllmLoadOptions | N
     """One worker process for several artifacts (vLLM is imported once); one result per artifact, in order."""
     options = options or VllmLoadOptions()
     paths = [str(Path(a).resolve()) for a in artifacts]
-    request = {"artifacts": paths, "calib": str(options.calib) if options.calib else None,
+    request = {"artifacts": paths, "calib": str(Path(options.calib).resolve()) if options.calib else None,
                "positions": options.positions, "samples": options.samples, "seed": options.seed,
                "target_layers": options.target_layers, "num_target_layers": options.num_target_layers,
                "taps": list(options.taps) if options.taps is not None else None}

@@ -103,8 +103,8 @@ def _requests(opts: BenchOptions, target: TargetSpec, drafts: dict[str, Path | N
     longest = max(len(p) for p in prompts) + opts.max_tokens + opts.k + 16
     if sweep:
         longest = max(longest, opts.input_len + opts.output_len + opts.k + 16)
-    return {name: {"target": target.name, "draft": str(draft) if draft else None, "k": opts.k, "dtype": opts.dtype,
-                   "prompts": prompts, "max_tokens": opts.max_tokens, "max_model_len": longest,
+    return {name: {"target": target.name, "draft": str(Path(draft).resolve()) if draft else None, "k": opts.k,
+                   "dtype": opts.dtype, "prompts": prompts, "max_tokens": opts.max_tokens, "max_model_len": longest,
                    "max_num_seqs": max(opts.max_num_seqs, *opts.concurrency) if sweep else opts.max_num_seqs,
                    "seed": opts.seed, "sweep": sweep}
             for name, draft in drafts.items()}

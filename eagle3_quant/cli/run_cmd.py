@@ -16,7 +16,7 @@ def run_command(
     workdir: Annotated[str | None, typer.Option(help="Override workdir.")] = None,
     repo_id: Annotated[str | None, typer.Option("--repo-id", help="Override push.repo_id.")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Push as a dry run (prints, sends nothing).")] = False,
-    no_push: Annotated[bool, typer.Option("--no-push", help="Stop after validation.")] = False,
+    no_push: Annotated[bool, typer.Option("--no-push", help="Run every stage but push (bench included).")] = False,
 ) -> None:
     """Run calibrate -> quantize -> validate -> bench -> push from one file; stages with valid output are skipped."""
     from eagle3_quant.cli.render_publish import print_pipeline

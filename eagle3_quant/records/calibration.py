@@ -41,6 +41,7 @@ from safetensors.torch import save_file
 from eagle3_quant.errors import DraftFormatError
 from eagle3_quant.reading.limits import read_limited_text, refuse_constant
 from eagle3_quant.records.calibration_index import check_finite_states, check_shards, shard_path
+from eagle3_quant.util.hashing import sha256_file
 
 CALIB_FORMAT = "eagle3-quant-calibration"
 CALIB_VERSION = 1
@@ -208,10 +209,23 @@ class CalibrationWriter:
         self.mark_incomplete = mark_incomplete
         self.path.mkdir(parents=True, exist_ok=True)
         existing = load_calibration(self.path, allow_partial=True) if (self.path / INDEX_NAME).exists() else None
-        self.shards = list(existing.shards) if existing else []
-        self.count = existing.num_samples if existing else 0
+        self.discarded: list[str] = []        # shards a resume found damaged: captured again
+        self.shards = self._verified(list(existing.shards)) if existing else []
+        self.count = sum(len(shard["samples"]) for shard in self.shards)
         self._pending: list[tuple[int, CalibrationSample]] = []
         self._pending_bytes = 0
+
+    def _verified(self, shards: list[dict]) -> list[dict]:
+        """The shards a resume keeps: those up to the first whose file is missing or differs from the sha256
+        recorded when it was written; that one and every later shard are deleted and captured again."""
+        for n, shard in enumerate(shards):
+            file, recorded = self.path / shard["file"], shard.get("sha256")
+            if not file.is_file() or (recorded is not None and sha256_file(file) != recorded):
+                for later in shards[n:]:
+                    (self.path / later["file"]).unlink(missing_ok=True)
+                self.discarded = [later["file"] for later in shards[n:]]
+                return shards[:n]
+        return shards
 
     def add(self, sample: CalibrationSample) -> None:
         check_finite_states(sample.aux_hidden_states, f"{self.path} sample {self.count}")
@@ -245,7 +259,8 @@ class CalibrationWriter:
         tmp.replace(self.path / name)
         self.shards.append({"file": name, "samples": [i for i, _ in self._pending],
                             "generated_from": [s.generated_from for _, s in self._pending],
-                            "tokens": sum(int(s.input_ids.numel()) for _, s in self._pending)})
+                            "tokens": sum(int(s.input_ids.numel()) for _, s in self._pending),
+                            "sha256": sha256_file(self.path / name)})
         self._pending, self._pending_bytes = [], 0
         self._write_index(complete=not self.mark_incomplete)
 
