@@ -164,8 +164,10 @@ def test_pipeline_push_stage_refuses_an_unmeasured_draft(make_draft, tmp_path, h
 
 
 @pytest.mark.slow
-def test_pipeline_calibrates_with_the_real_stage_then_resumes(tiny_target, tiny_draft, chat_jsonl, tmp_path, hub):
-    path = write_pipeline(tmp_path, source=str(tiny_draft), target=str(tiny_target), push={"enabled": False},
+def test_pipeline_calibrates_with_the_real_stage_then_resumes(tiny_target, tiny_draft, chat_jsonl, tmp_path, hub,
+                                                               monkeypatch):
+    monkeypatch.setenv("HOME", str(tiny_target.parent))     # a target named from the home folder, as `~/...`
+    path = write_pipeline(tmp_path, source=str(tiny_draft), target=f"~/{tiny_target.name}", push={"enabled": False},
                           calibrate={"data": str(chat_jsonl), "num_samples": 5, "seq_len": 48,
                                      "min_tokens": 4})
     first = run_pipeline(path)
