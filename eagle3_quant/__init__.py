@@ -1,13 +1,14 @@
 """eagle3-quant: Eagle3 draft -> FP8 (AMD Quark) draft that vLLM serves, with proof that it still works.
 
 The public functions are imported lazily so that ``import eagle3_quant`` stays instant (no torch,
-no quark.torch).
+no quark.torch). The ``TYPE_CHECKING`` block repeats ``_LAZY`` for editors and type checkers
+(tests/test_public_api.py keeps the two equal).
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
@@ -38,6 +39,26 @@ _LAZY = {
 }
 
 __all__ = sorted(_LAZY)
+
+if TYPE_CHECKING:
+    from eagle3_quant.bench.api import BenchResult, bench_draft
+    from eagle3_quant.calib.api import calibrate_target
+    from eagle3_quant.calib.importer import import_calibration
+    from eagle3_quant.calib.result import CalibrationResult
+    from eagle3_quant.engines.vllm.loader_compat import check_loader_compat
+    from eagle3_quant.export.card import make_card
+    from eagle3_quant.export.push import PushResult, push_draft
+    from eagle3_quant.inspection import inspect_draft
+    from eagle3_quant.pipeline import run_pipeline
+    from eagle3_quant.pipeline_spec import load_pipeline
+    from eagle3_quant.quantize.api import QuantizeResult, quantize_draft
+    from eagle3_quant.reading.draft import read_draft
+    from eagle3_quant.runtime.loading import load_draft
+    from eagle3_quant.runtime.model import Eagle3Draft
+    from eagle3_quant.runtime.saving import new_draft_config, save_draft
+    from eagle3_quant.schemes import SCHEMES, get_scheme
+    from eagle3_quant.validate.api import validate_draft
+    from eagle3_quant.validate.report import ValidationReport
 
 
 def __getattr__(name: str) -> Any:

@@ -5,7 +5,8 @@ import only the core, never a stage. Every module that imports vLLM or SGLang li
 
 Builds the import graph of the installed package from its source (every `import`, lazy ones inside functions
 included, and `from eagle3_quant import NAME` resolved through the lazy public table) and fails on an import
-that runs upward. Modules of one group may import each other.
+that runs upward. Modules of one group may import each other, but the imports that run (not those under
+`if TYPE_CHECKING:`) form no circle.
 """
 
 from __future__ import annotations
@@ -50,16 +51,34 @@ def lazy_table() -> dict[str, str]:
     raise AssertionError("eagle3_quant/__init__.py has no _LAZY table")
 
 
-def imports(path: Path, lazy: dict[str, str]) -> list[tuple[int, str]]:
+def is_type_checking(node: ast.AST) -> bool:
+    return isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING")
+
+
+def runtime_nodes(tree: ast.AST):
+    """Every node of `tree` but the bodies of `if TYPE_CHECKING:` (imports for annotations, never run)."""
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        yield node
+        for child in ast.iter_child_nodes(node):
+            todo += child.orelse if is_type_checking(child) else [child]
+
+
+def imports(path: Path, lazy: dict[str, str], known: frozenset[str] = frozenset(),
+            runtime_only: bool = False) -> list[tuple[int, str]]:
+    """(line, module) of every package import in `path`; `from PKG import MOD` names PKG.MOD when it is in `known`."""
     found = []
-    for node in ast.walk(ast.parse(path.read_text())):
+    tree = ast.parse(path.read_text())
+    for node in runtime_nodes(tree) if runtime_only else ast.walk(tree):
         if isinstance(node, ast.Import):
             found += [(node.lineno, a.name) for a in node.names if a.name.startswith("eagle3_quant")]
         elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("eagle3_quant"):
             if node.module == "eagle3_quant":
                 found += [(node.lineno, lazy.get(a.name, f"eagle3_quant.{a.name}")) for a in node.names]
             else:
-                found += [(node.lineno, node.module)]
+                named = (f"{node.module}.{a.name}" for a in node.names)
+                found += [(node.lineno, t) for t in dict.fromkeys(n if n in known else node.module for n in named)]
     return found
 
 
@@ -96,6 +115,83 @@ def test_the_check_catches_an_upward_import(tmp_path, source, problem):
     probe.write_text(source)
     bad = upward_imports({"eagle3_quant.quantize.probe": probe}, lazy_table())
     assert any(problem in line for line in bad), bad
+
+
+def runtime_graph(mods: dict[str, Path], lazy: dict[str, str]) -> dict[str, set[str]]:
+    """Module -> the package modules it imports when it runs (at module level or in a function)."""
+    known = frozenset(mods)
+    return {name: {t for _, t in imports(path, lazy, known, runtime_only=True) if t in known and t != name}
+            for name, path in mods.items()}
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One circle per strongly connected group of modules (Tarjan), as [first, ..., first] from its first module."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    groups: list[set[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for target in sorted(graph.get(module, ())):
+            if target not in index:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in stack:
+                low[module] = min(low[module], index[target])
+        if low[module] == index[module]:
+            group = set()
+            while not group or module not in group:
+                group.add(stack.pop())
+            if len(group) > 1:
+                groups.append(group)
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return [circle_through(graph, group) for group in groups]
+
+
+def circle_through(graph: dict[str, set[str]], group: set[str]) -> list[str]:
+    """The shortest way from the group's first module back to itself, inside the group (breadth first)."""
+    start = min(group)
+    paths = {start: [start]}
+    todo = [start]
+    while todo:
+        module = todo.pop(0)
+        for target in sorted(graph[module] & group):
+            if target == start:
+                return [*paths[module], start]
+            if target not in paths:
+                paths[target] = [*paths[module], target]
+                todo.append(target)
+    raise AssertionError(f"no circle through {sorted(group)}")
+
+
+def test_the_imports_that_run_form_no_circle():
+    graph = runtime_graph(modules(), lazy_table())
+    assert import_circles(graph) == []
+    # drafting names Eagle3Draft for annotations only; the model imports drafting when it drafts
+    assert "eagle3_quant.runtime.drafting" in graph["eagle3_quant.runtime.model"]
+    assert "eagle3_quant.runtime.model" not in graph["eagle3_quant.runtime.drafting"]
+    assert "eagle3_quant.runtime.fp8" in graph["eagle3_quant.runtime.fp8_linear"]   # from ...runtime import fp8
+
+
+def test_the_circle_check_catches_a_circle(tmp_path):
+    files = {"a": "import eagle3_quant.probe.b\n",
+             "b": "def f():\n    from eagle3_quant.probe import c\n",
+             "c": "from eagle3_quant.probe.a import X\n",
+             "d": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from eagle3_quant.probe.a import X\n"
+                  "import eagle3_quant.probe.c\n"}
+    mods = {}
+    for name, source in files.items():
+        (tmp_path / f"{name}.py").write_text(source)
+        mods[f"eagle3_quant.probe.{name}"] = tmp_path / f"{name}.py"
+    graph = runtime_graph(mods, lazy_table())
+    assert graph["eagle3_quant.probe.d"] == {"eagle3_quant.probe.c"}
+    assert import_circles(graph) == [["eagle3_quant.probe.a", "eagle3_quant.probe.b", "eagle3_quant.probe.c",
+                                      "eagle3_quant.probe.a"]]
 
 
 ENGINE_PACKAGES = ("vllm", "sglang")

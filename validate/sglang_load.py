@@ -97,7 +97,7 @@ def run_sglang(args: list[str], timeout: float = TIMEOUT_S) -> dict:
 
 def fed_problems(result: dict, artifact: Path | None) -> list[str]:
     """SGLang feeds other layers than the manifest says the artifact is served with, or fewer than its fc reads."""
-    from eagle3_quant.records.serve_taps import served_layers
+    from eagle3_quant.records.manifest import served_layers
 
     fed = result.get("fed_layers") or {}
     if fed.get("layers") is None:

@@ -186,6 +186,17 @@ class Manifest:
         return self.source.repo_id or self.source.path
 
 
+def served_layers(artifact: Path) -> list[int] | None:
+    """The layers `quantize --serve-taps trained` made every engine feed (its manifest), else None."""
+    if not (artifact / MANIFEST_NAME).is_file():
+        return None
+    try:
+        record = Manifest.read(artifact).serve_taps
+    except Eagle3QuantError:
+        return None
+    return record.served if record is not None and record.mode == "trained" else None
+
+
 def output_path(out: Path, rel: object, manifest: Path, error: type[Eagle3QuantError] = PublishError) -> Path:
     """OUT/rel, refused unless `rel` is a relative path that stays inside OUT (links included)."""
     if not isinstance(rel, str) or not rel or Path(rel).is_absolute() or ".." in Path(rel).parts \

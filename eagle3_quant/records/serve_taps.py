@@ -58,17 +58,3 @@ class ServeTapsRecord:
                           "measured": measured})
         except (KeyError, TypeError) as exc:
             raise ManifestError(f"incomplete ({exc!r})", path=path, field="serve_taps") from None
-
-
-def served_layers(artifact: Path) -> list[int] | None:
-    """The layers `quantize --serve-taps trained` made every engine feed (its manifest), else None."""
-    from eagle3_quant.errors import Eagle3QuantError
-    from eagle3_quant.records.manifest import MANIFEST_NAME, Manifest
-
-    if not (artifact / MANIFEST_NAME).is_file():
-        return None
-    try:
-        record = Manifest.read(artifact).serve_taps
-    except Eagle3QuantError:
-        return None
-    return record.served if record is not None and record.mode == "trained" else None

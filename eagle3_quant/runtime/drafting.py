@@ -9,11 +9,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from eagle3_quant.runtime.attention import CausalContext, ChainContext, KVCache
-from eagle3_quant.runtime.model import Eagle3Draft
+
+if TYPE_CHECKING:
+    from eagle3_quant.runtime.model import Eagle3Draft  # model imports this module when it drafts
 
 
 @dataclass(frozen=True)

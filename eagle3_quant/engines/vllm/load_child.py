@@ -19,7 +19,7 @@ import torch
 
 from eagle3_quant.engines.vllm import cpu_patches
 from eagle3_quant.engines.vllm.compare import compare_loaded, runtime_linears
-from eagle3_quant.records.serve_taps import served_layers
+from eagle3_quant.records.manifest import served_layers
 
 
 def _engine_config(draft: Path, target: Path, dtype: str, mla: bool):
