@@ -30,6 +30,17 @@ def killed_after(monkeypatch, n: int) -> None:
     monkeypatch.setattr(TargetRunner, "capture_batch", capture_batch)
 
 
+def interrupted_at_5(target, draft, data, tmp_path, monkeypatch):
+    """(an uninterrupted run's result, OUT of a run killed while capturing its 6th prompt)."""
+    whole = calibrate_target(target, draft, data, tmp_path / "whole", **RUN)
+    out = tmp_path / "cal"
+    with monkeypatch.context() as patch:
+        killed_after(patch, 5)
+        with pytest.raises(KeyboardInterrupt):
+            calibrate_target(target, draft, data, out, **RUN)
+    return whole, out
+
+
 def assert_same_sets(a, b) -> None:
     sa, sb = list(load_calibration(a).samples()), list(load_calibration(b).samples())
     assert len(sa) == len(sb)
@@ -39,12 +50,7 @@ def assert_same_sets(a, b) -> None:
 
 
 def test_killed_run_resumes_to_the_uninterrupted_result(tiny_target, tiny_draft, chat_jsonl, tmp_path, monkeypatch):
-    whole = calibrate_target(tiny_target, tiny_draft, chat_jsonl, tmp_path / "whole", **RUN)
-    out = tmp_path / "cal"
-    with monkeypatch.context() as patch:
-        killed_after(patch, 5)
-        with pytest.raises(KeyboardInterrupt):
-            calibrate_target(tiny_target, tiny_draft, chat_jsonl, out, **RUN)
+    whole, out = interrupted_at_5(tiny_target, tiny_draft, chat_jsonl, tmp_path, monkeypatch)
     assert not out.exists()                                   # OUT appears only when complete
     partial = staging_dir(out)
     with pytest.raises(DraftFormatError, match="incomplete"):
@@ -71,12 +77,7 @@ class Recorder(Silent):
 def test_a_resume_captures_a_damaged_shard_again(tiny_target, tiny_draft, chat_jsonl, tmp_path, monkeypatch):
     """Shards are reused only when their sha256 still matches the index: from the first damaged one on, the run
     captures again, and the result equals an uninterrupted run's."""
-    whole = calibrate_target(tiny_target, tiny_draft, chat_jsonl, tmp_path / "whole", **RUN)
-    out = tmp_path / "cal"
-    with monkeypatch.context() as patch:
-        killed_after(patch, 5)
-        with pytest.raises(KeyboardInterrupt):
-            calibrate_target(tiny_target, tiny_draft, chat_jsonl, out, **RUN)
+    whole, out = interrupted_at_5(tiny_target, tiny_draft, chat_jsonl, tmp_path, monkeypatch)
     partial = staging_dir(out)
     shard = partial / "shard-00001.safetensors"
     data = bytearray(shard.read_bytes())

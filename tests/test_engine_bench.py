@@ -17,23 +17,14 @@ from pathlib import Path
 
 import pytest
 from safetensors.torch import load_file, save_file
+from engine_env import needs_engine
 from tiny_pair_fixtures import PAIR
 
 from eagle3_quant.cli import main
 from eagle3_quant.engines import environment
-from eagle3_quant.errors import EngineNotFoundError
-
-
-def _engine_missing() -> str | None:
-    try:
-        environment.find_engine_python()
-    except EngineNotFoundError as exc:
-        return str(exc)
-    return None
 
 
 pytestmark = pytest.mark.slow
-needs_engine = pytest.mark.skipif(_engine_missing() is not None, reason=str(_engine_missing()))
 PROMPTS = PAIR / "heldout_prompts.safetensors"
 NUM_PROMPTS, MAX_TOKENS = 24, 32
 

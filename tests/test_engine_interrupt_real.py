@@ -13,21 +13,12 @@ import time
 
 import psutil
 import pytest
+from engine_env import needs_engine
 from tiny_pair_fixtures import PAIR
 
-from eagle3_quant.engines import environment
-from eagle3_quant.errors import EngineNotFoundError
 
 
-def _engine_missing() -> str | None:
-    try:
-        environment.find_engine_python()
-    except EngineNotFoundError as exc:
-        return str(exc)
-    return None
-
-
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(_engine_missing() is not None, reason=str(_engine_missing()))]
+pytestmark = [pytest.mark.slow, needs_engine]
 ENGINE_RUNNING_S = 8      # how long vLLM's child has run when Ctrl-C comes (it is importing vLLM or loading then)
 
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from engine_env import engine_missing
 from test_calib_engine_dump import write_dump
 
 from eagle3_quant.cli.run_cmd import flag_overrides
-from eagle3_quant.engines.environment import find_engine_python
 from eagle3_quant.errors import PipelineSpecError
 from eagle3_quant.pipeline import run_pipeline
 from eagle3_quant.pipeline_spec import load_pipeline
@@ -21,14 +21,6 @@ PIPELINES = sorted((Path(__file__).resolve().parents[1] / "pipelines").glob("*.y
 SEED = {"kimi-k2.5-eagle3-fp8": ("lightseekorg/kimi-k2.5-eagle3", "moonshotai/Kimi-K2.5"),
         "kimi-k2.5-eagle3-mla-fp8": ("lightseekorg/kimi-k2.5-eagle3-mla", "moonshotai/Kimi-K2.5"),
         "minimax-m2.5-eagle3-fp8": ("thoughtworks/MiniMax-M2.5-Eagle3", "MiniMaxAI/MiniMax-M2.5")}
-
-
-def _engine_missing() -> str | None:
-    try:
-        find_engine_python()
-    except Exception as exc:  # noqa: BLE001 - EngineNotFoundError: the bench stage is skipped then
-        return str(exc)
-    return None
 
 
 def test_the_seed_pipelines_are_all_there():
@@ -120,12 +112,12 @@ def test_pipeline_imports_a_vllm_dump_and_validates_with_it(tmp_path):
     served = Manifest.read(first.spec.out).serve_taps
     assert served.served == [1, 2, 3] and {m.name for m in served.measured} == {"trained=sglang", "vllm"}
     assert {m.name for m in report.taps_measured} == {"trained=vllm=vllm_v2=sglang", "source:vllm"}   # the artifact's
-    engine_missing = _engine_missing()
-    if engine_missing:
+    missing = engine_missing()
+    if missing:
         assert status["bench"].status == "skipped" and status["bench"].detail.startswith("no engine: ")
     else:
         assert status["bench"].status == "ran" and "acceptance ratio" in status["bench"].detail, status["bench"]
         assert "engine_run" in (first.spec.out / "validation.json").read_text()
     again = {s.name: s for s in run_pipeline(path).stages}
     assert again["calibrate"].status == "skipped" and "imported from" in again["calibrate"].detail
-    assert engine_missing or (again["bench"].status == "skipped" and "present" in again["bench"].detail)
+    assert missing or (again["bench"].status == "skipped" and "present" in again["bench"].detail)
