@@ -14,22 +14,22 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from eagle3_quant.calib.engine_taps import held_candidates
 from eagle3_quant.calib.served import target_layers
 
-from eagle3_quant.engines.aux_taps import (
+from eagle3_quant.errors import DraftFormatError, Eagle3QuantError
+from eagle3_quant.reading.draft import DraftCheckpoint
+from eagle3_quant.reading.formats import DraftFormat
+from eagle3_quant.records.public_names import public_name
+from eagle3_quant.records.serve_taps import MeasuredTaps, ServeTapsRecord
+from eagle3_quant.taps.capture import held_candidates
+from eagle3_quant.taps.conventions import AUX_KEY, resolve_taps
+from eagle3_quant.taps.engine_rules import (
     TapCandidate,
     engine_feeds,
     served_config,
     tap_candidates,
     trained_taps,
 )
-from eagle3_quant.errors import DraftFormatError, Eagle3QuantError
-from eagle3_quant.reading.draft import DraftCheckpoint
-from eagle3_quant.reading.formats import DraftFormat
-from eagle3_quant.reading.taps import AUX_KEY, resolve_taps
-from eagle3_quant.records.public_names import public_name
-from eagle3_quant.records.serve_taps import MeasuredTaps, ServeTapsRecord
 
 TAPS_K = 3          # draft steps per chain, as `validate` measures by default
 

@@ -6,11 +6,16 @@ from __future__ import annotations
 import json
 
 import pytest
-from eagle3_quant.calib.engine_taps import Engine, capture_taps, engine_taps, served_taps
 from tiny_pair_fixtures import PAIR
 
 from eagle3_quant.cli import main
-from eagle3_quant.engines.aux_taps import (
+from eagle3_quant.errors import PipelineSpecError
+from eagle3_quant.inspection import inspect_draft
+from eagle3_quant.pipeline_spec import ENGINES, load_pipeline
+from eagle3_quant.reading.draft import read_draft
+from eagle3_quant.reading.formats import DraftFormat
+from eagle3_quant.taps.capture import Engine, capture_taps, engine_taps, served_taps
+from eagle3_quant.taps.engine_rules import (
     AUX_KEY,
     apply_written,
     engine_feeds,
@@ -19,11 +24,6 @@ from eagle3_quant.engines.aux_taps import (
     trained_taps,
     with_raw,
 )
-from eagle3_quant.errors import PipelineSpecError
-from eagle3_quant.inspection import inspect_draft
-from eagle3_quant.pipeline_spec import ENGINES, load_pipeline
-from eagle3_quant.reading.draft import read_draft
-from eagle3_quant.reading.formats import DraftFormat
 
 LAYERS = 8   # the "tiny" synthetic draft's target
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from eagle3_quant.calib.engine_taps import Engine, engine_taps, held_candidates, served_taps
 from eagle3_quant.calib.served import draft_view, target_layers
 
-from eagle3_quant.engines.aux_taps import engine_feeds
 from eagle3_quant.errors import DraftFormatError
 from eagle3_quant.reading.config import DraftConfig
 from eagle3_quant.records.calibration import CalibrationSet
+from eagle3_quant.taps.capture import Engine, engine_taps, held_candidates, served_taps
+from eagle3_quant.taps.engine_rules import engine_feeds
 
 
 def depth(calib: CalibrationSet | None, target: str | Path | None) -> int | None:

@@ -15,7 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from eagle3_quant.engines.aux_taps import (
+from eagle3_quant.errors import DraftFormatError
+from eagle3_quant.reading.config import DraftConfig
+from eagle3_quant.taps.conventions import AUX_KEY, TapConvention, Taps, resolve_taps
+from eagle3_quant.taps.engine_rules import (
     TapCandidate,
     candidate_union,
     engine_feeds,
@@ -24,9 +27,6 @@ from eagle3_quant.engines.aux_taps import (
     tap_candidates,
     trained_taps,
 )
-from eagle3_quant.errors import DraftFormatError
-from eagle3_quant.reading.config import DraftConfig
-from eagle3_quant.reading.taps import AUX_KEY, TapConvention, Taps, resolve_taps
 
 
 class Engine(StrEnum):

@@ -30,7 +30,7 @@ from typing import Any
 from eagle3_quant.engines.draft_support import SGLANG_CLASSES
 from eagle3_quant.errors import DraftFormatError
 from eagle3_quant.reading.config import DraftConfig
-from eagle3_quant.reading.taps import AUX_KEY, TapConvention, Taps, resolve_taps
+from eagle3_quant.taps.conventions import AUX_KEY, TapConvention, Taps, resolve_taps
 
 NESTED = "eagle_config"
 V2_NESTED_KEY = "layer_ids"       # what vLLM's model runner V2 reads inside eagle_config

@@ -1,0 +1,1 @@
+"""Everything about taps (which target layers feed the draft's fc) that needs no stage."""
