@@ -35,8 +35,9 @@ from eagle3_quant.records.calibration import (
     CalibrationWriter,
     load_calibration,
 )
-from eagle3_quant.taps.capture import DEFAULT_ENGINE, CapturePlan, Engine, TapRecord, capture_taps, stale_order
+from eagle3_quant.taps.capture import CapturePlan, TapRecord, capture_taps, stale_order
 from eagle3_quant.taps.conventions import Taps, resolve_taps
+from eagle3_quant.taps.engine_rules import DEFAULT_ENGINE, Engine
 from eagle3_quant.util.outdir import staged_output
 from eagle3_quant.util.progress import SILENT, Progress
 

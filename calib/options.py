@@ -10,8 +10,8 @@ from eagle3_quant.calib.target import DTYPE_NAMES
 
 from eagle3_quant.errors import CalibrationDataError
 from eagle3_quant.options import check_device, check_positive, option
-from eagle3_quant.taps.capture import DEFAULT_ENGINE, Engine
 from eagle3_quant.taps.conventions import TapConvention
+from eagle3_quant.taps.engine_rules import DEFAULT_ENGINE, Engine
 
 DEFAULT_GENERATE_TOKENS = 64
 TAPS_HELP = ("How the draft config counts its aux layer ids: input (EAGLE/vLLM/speculators) or output "

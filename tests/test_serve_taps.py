@@ -25,7 +25,7 @@ from eagle3_quant.errors import DraftFormatError
 from eagle3_quant.reading.draft import read_draft
 from eagle3_quant.records.manifest import Manifest
 from eagle3_quant.taps.capture import capture_taps
-from eagle3_quant.taps.engine_rules import AUX_KEY
+from eagle3_quant.taps.conventions import AUX_KEY
 
 pytestmark = pytest.mark.slow
 NESTED = "eagle_config"

@@ -29,7 +29,7 @@ from eagle3_quant.reading.safetensors_header import FLOAT_DTYPES, FP8_DTYPES, Te
 from eagle3_quant.records.manifest import MANIFEST_NAME, Manifest
 from eagle3_quant.runtime.mx import packed_width
 from eagle3_quant.runtime.mx_loading import mx_unpacked_shape
-from eagle3_quant.taps.engine_rules import apply_written
+from eagle3_quant.taps.written_ids import apply_written
 
 ROWS_PER_CHUNK = 4096
 SHOWN = 3

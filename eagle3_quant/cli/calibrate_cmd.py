@@ -15,8 +15,8 @@ from eagle3_quant.calib.target import DTYPE_NAMES
 from eagle3_quant.cli.app import verb
 from eagle3_quant.options import default_of as default
 from eagle3_quant.options import help_of
-from eagle3_quant.taps.capture import Engine
 from eagle3_quant.taps.conventions import TapConvention
+from eagle3_quant.taps.engine_rules import Engine
 
 Dtype = Enum("Dtype", {name: name for name in ("auto", *DTYPE_NAMES)}, type=str)
 

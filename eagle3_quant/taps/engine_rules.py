@@ -1,6 +1,5 @@
-"""Which target layers each serving engine feeds an Eagle3 draft, read from the engines' own code, and which
-ones the draft was trained on: what `inspect` shows, `calibrate` captures, `validate` measures and
-`quantize --serve-taps` writes.
+"""Which target layers each serving engine feeds an Eagle3 draft, read from the engines' own code: what `inspect`
+shows, `calibrate` captures, `validate` measures and `quantize --serve-taps` writes for.
 
 Indices are transformers ``hidden_states`` indices: k is the input of decoder layer k (0 = the embeddings).
 The rules, each read in the version named (file:line inside the installed wheel, see `READERS`):
@@ -14,20 +13,15 @@ The rules, each read in the version named (file:line inside the installed wheel,
 - SGLang 0.5.23: only the nested ids, each captured as id + 1 (the output of layer id); no ids: the defaults.
 
 Both vLLM runners read the top-level key first and SGLang never reads it, so a top-level key in vLLM's count
-beside SGLang's nested one makes every engine feed the same layers (`served_config`).
-
-Trained layers: the config's own convention (nested ids were written by SpecForge and count layer outputs,
-top-level ids by speculators and count inputs); unknown when the config names no ids. `tap_candidates` lists the
-distinct index sets worth measuring: the trained one, each engine's, and for a draft without ids the training
-defaults of both counts.
+beside SGLang's nested one makes every engine feed the same layers (``taps/written_ids.served_config``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
-from eagle3_quant.engines.draft_support import SGLANG_CLASSES
 from eagle3_quant.errors import DraftFormatError
 from eagle3_quant.reading.config import DraftConfig
 from eagle3_quant.taps.conventions import AUX_KEY, TapConvention, Taps, resolve_taps
@@ -85,12 +79,12 @@ class Feed:
                 "code": r.code}
 
 
-def _nested(raw) -> dict:
+def nested_config(raw) -> dict:
     return raw.get(NESTED) if isinstance(raw.get(NESTED), dict) else {}
 
 
 def ids_read(name: str, raw) -> tuple[tuple[int, ...] | None, str, TapConvention]:
-    nested = _nested(raw)
+    nested = nested_config(raw)
     if name in ("vllm", "vllm_v2") and raw.get(AUX_KEY):
         return tuple(raw[AUX_KEY]), f"{AUX_KEY} (top level)", TapConvention.input
     if name == "vllm" and nested.get(AUX_KEY):
@@ -127,137 +121,22 @@ def engine_feeds(config: DraftConfig, num_layers: int | None) -> tuple[Feed, ...
     return tuple(_feed(r.name, config, num_layers) for r in READERS)
 
 
-def trained_taps(config: DraftConfig, num_layers: int | None) -> Taps | None:
-    """The layers the config's convention says the draft was trained on; None without ids (or out of range)."""
-    if not config.aux_layer_ids:
-        return None
-    try:
-        return resolve_taps(config, num_layers)
-    except DraftFormatError:
-        return None
+class Engine(StrEnum):
+    vllm = "vllm"
+    sglang = "sglang"
 
 
-TRAINING_DEFAULTS = (
-    ("defaults", 0, "the engines' and EAGLE's defaults [2, L//2, L-3], inputs of those layers"),
-    ("specforge-defaults-as-inputs", -1, "SpecForge's defaults [1, L//2-1, L-4] counted as inputs"),
-    ("defaults-as-outputs", 1, "the defaults [2, L//2, L-3] counted as outputs"),
-)
+DEFAULT_ENGINE = Engine.vllm
 
 
-@dataclass(frozen=True)
-class TapCandidate:
-    """One set of layers worth measuring, and every reason it is a candidate."""
-
-    labels: tuple[str, ...]       # trained, vllm, vllm_v2, sglang, defaults, ...
-    indices: tuple[int, ...]
-
-    @property
-    def name(self) -> str:
-        return "=".join(self.labels)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "labels": list(self.labels), "indices": list(self.indices)}
-
-    @classmethod
-    def from_dict(cls, data: dict) -> TapCandidate:
-        return cls(tuple(str(x) for x in data["labels"]), tuple(int(i) for i in data["indices"]))
-
-
-def tap_candidates(config: DraftConfig, num_layers: int | None) -> tuple[TapCandidate, ...]:
-    """The distinct index sets to measure: the trained layers, each engine's, and for a draft without ids the
-    training defaults read in both counts (facts section 3); sets the draft cannot run on are left out."""
-    found: dict[tuple[int, ...], list[str]] = {}
-    trained = trained_taps(config, num_layers)
-    if trained is not None:
-        found[trained.indices] = ["trained"]
-    for feed in engine_feeds(config, num_layers):
-        if feed.indices is not None and feed.problem is None:
-            found.setdefault(feed.indices, []).append(feed.reader)
-    if trained is None and num_layers is not None and not config.aux_layer_ids:
-        for label, shift, _ in TRAINING_DEFAULTS:
-            ids = tuple(i + shift for i in default_ids(num_layers))
-            try:
-                indices = resolve_taps(config, num_layers, TapConvention.input, ids, label).indices
-            except DraftFormatError:
-                continue
-            found.setdefault(indices, []).append(label)
-    return tuple(TapCandidate(tuple(labels), indices) for indices, labels in found.items())
-
-
-def taps_summary(config: DraftConfig, num_layers: int | None) -> dict[str, Any]:
-    """What `inspect` shows: per reader the layers fed and where from, the trained layers and the candidates."""
-    trained = trained_taps(config, num_layers)
-    return {"target_layers": num_layers,
-            "trained": None if trained is None else list(trained.indices),
-            "trained_source": (f"{trained.origin}, {trained.convention.value} count" if trained is not None else
-                               "unknown: the config names no aux layer ids (measure the candidates: calibrate, "
-                               "validate)"),
-            "feeds": [f.to_dict() for f in engine_feeds(config, num_layers)],
-            "candidates": [c.to_dict() for c in tap_candidates(config, num_layers)],
-            "notes": [] if trained is None or trained.order_note is None else [trained.order_note]}
-
-
-def candidate_union(candidates: tuple[TapCandidate, ...]) -> tuple[int, ...]:
-    return tuple(sorted({i for c in candidates for i in c.indices}))
-
-
-@dataclass(frozen=True)
-class ServedConfig:
-    """A config written so that each engine named feeds `indices`; the weights are never touched."""
-
-    raw: dict[str, Any]
-    written: dict[str, Any]               # field -> new value (eagle_config.KEY for the nested one)
-    before: dict[str, Any]                # field -> the value it had (None: absent)
-    feeds: tuple[Feed, ...]               # what each reader feeds the written config
-    problems: tuple[str, ...]             # engines named that still feed other layers, and why
-
-
-def with_raw(config: DraftConfig, raw: dict[str, Any]) -> DraftConfig:
-    """`config` read from `raw` (the ids as reading/config.py reads them: nested first)."""
-    aux = _nested(raw).get(AUX_KEY, raw.get(AUX_KEY))
-    return replace(config, raw=raw, aux_layer_ids=tuple(aux) if aux is not None else None)
-
-
-def served_config(config: DraftConfig, indices: tuple[int, ...], engines: tuple[str, ...],
-                  num_layers: int | None) -> ServedConfig:
-    """Write the ids so that the engines in `engines` feed `indices`: vLLM's top-level key in its count when a
-    vLLM runner feeds other layers, SGLang's nested key (id = index - 1) when SGLang does; unchanged otherwise.
-    A config naming no ids gets them written even where the defaults agree: the layers are then the config's,
-    not an engine default that a target's depth (or an engine version) decides."""
-    final = config.aux_includes_final_layer
-    ids = list(indices[:-1] if final else indices)
-    raw, written, before, problems = dict(config.raw), {}, {}, []
-    feeds = {f.reader: f for f in engine_feeds(config, num_layers)}
-    pin = not config.aux_layer_ids and not raw.get(AUX_KEY)
-    sglang_off = "sglang" in engines and (pin or feeds["sglang"].indices != tuple(indices))
-    if sglang_off and (NESTED in raw or config.architecture in SGLANG_CLASSES):
-        if min(ids) < 1:
-            problems.append(f"SGLang captures layer outputs (its ids + 1): hidden_states{list(indices)} starts "
-                            "with the embeddings, which no SGLang id names")
-        else:
-            before[f"{NESTED}.{AUX_KEY}"] = _nested(raw).get(AUX_KEY)
-            raw[NESTED] = {**_nested(raw), AUX_KEY: [i - 1 for i in ids]}
-            written[f"{NESTED}.{AUX_KEY}"] = [i - 1 for i in ids]
-    vllm_off = pin or any(feeds[r].indices != tuple(indices) for r in ("vllm", "vllm_v2"))
-    if written or ("vllm" in engines and vllm_off):
-        before[AUX_KEY] = raw.get(AUX_KEY)
-        raw[AUX_KEY] = ids
-        written[AUX_KEY] = ids
-    after = engine_feeds(with_raw(config, raw), num_layers)
-    for feed in after:
-        if reader(feed.reader).engine in engines and feed.indices != tuple(indices) and not problems:
-            problems.append(f"{reader(feed.reader).label} feeds hidden_states{feed.indices}, not "
-                            f"{list(indices)} ({feed.problem or feed.source})")
-    return ServedConfig(raw, written, before, after, tuple(problems))
-
-
-def apply_written(config: dict, written: dict) -> dict:
-    """`config` with the ids `served_config` wrote (``written``: field -> value, ``eagle_config.KEY`` for the
-    nested one): a new dict, key order kept."""
-    out = dict(config)
-    for key, value in written.items():
-        if key.startswith("eagle_config."):
-            out["eagle_config"] = {**(out.get("eagle_config") or {}), key.split(".", 1)[1]: value}
-        else:
-            out[key] = value
-    return out
+def engine_taps(config: DraftConfig, num_layers: int | None, engine: Engine | str) -> Taps:
+    """The hidden_states indices `engine` captures for this draft on a `num_layers`-layer target (vLLM: its
+    model runner V1, which the CPU build runs; `READERS` has V2 too)."""
+    engine = Engine(engine)
+    ids, where, convention = ids_read(engine.value, config.raw)
+    if ids is None:
+        if num_layers is None:
+            raise DraftFormatError(f"{engine.value} uses its default taps for this draft, which depend on the "
+                                   "target's layer count", field=AUX_KEY, hint="pass --target")
+        ids, where = default_ids(num_layers), f"{engine.value} defaults for a {num_layers}-layer target"
+    return resolve_taps(config, num_layers, convention, ids, f"{where}, as {reader(engine.value).label} reads it")
