@@ -8,7 +8,6 @@ from pathlib import Path
 
 from eagle3_quant.calib.backends import Backend
 from eagle3_quant.calib.engine_preflight import check_writable, engine_preflight
-from eagle3_quant.calib.engine_taps import CapturePlan, capture_taps
 from eagle3_quant.calib.options import CalibrationOptions
 from eagle3_quant.calib.prompts import PromptSpec, sample_prompts
 from eagle3_quant.calib.result import CalibrationResult, estimate_bytes, set_bytes
@@ -19,8 +18,9 @@ from eagle3_quant.calib.vllm_capture import capture_with_vllm, export_dir, find_
 
 from eagle3_quant.options import build_options
 from eagle3_quant.reading.draft import read_draft
-from eagle3_quant.reading.taps import Taps
 from eagle3_quant.records.calibration import CalibrationInfo, load_calibration
+from eagle3_quant.taps.capture import CapturePlan, capture_taps
+from eagle3_quant.taps.conventions import Taps
 from eagle3_quant.util.progress import SILENT, Progress, human_bytes
 
 

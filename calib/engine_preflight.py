@@ -17,14 +17,13 @@ import os
 import tempfile
 from pathlib import Path
 
-from eagle3_quant.calib.engine_taps import Engine, engine_taps
 from eagle3_quant.calib.target import TargetSpec, load_tokenizer
 
-from eagle3_quant.engines.aux_taps import ids_read
 from eagle3_quant.errors import DraftFormatError, ManifestError, ResourceError
 from eagle3_quant.reading.config import DraftConfig
-from eagle3_quant.reading.taps import AUX_KEY, TapConvention
 from eagle3_quant.records.manifest import MANIFEST_NAME, Manifest
+from eagle3_quant.taps.conventions import AUX_KEY, TapConvention
+from eagle3_quant.taps.engine_rules import Engine, engine_taps, ids_read
 
 WRITE_PROBE = ".e3q-write-check-"
 

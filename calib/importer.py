@@ -17,7 +17,6 @@ import torch
 from eagle3_quant.calib.dump_formats import ENGINE_FORMATS, DumpFormat
 from eagle3_quant.calib.engine_dump import detect_engine_dump
 from eagle3_quant.calib.engine_import import engine_dump_source
-from eagle3_quant.calib.engine_taps import DEFAULT_ENGINE, CapturePlan, Engine, TapRecord, capture_taps, stale_order
 from eagle3_quant.calib.lm_head import argmax_logits, load_lm_head
 from eagle3_quant.calib.options import ImportOptions
 from eagle3_quant.calib.result import CalibrationResult, set_bytes
@@ -28,7 +27,6 @@ from eagle3_quant.calib.target import check_target, read_target
 from eagle3_quant.errors import CalibrationDataError, TargetMismatchError
 from eagle3_quant.options import build_options
 from eagle3_quant.reading.draft import read_draft
-from eagle3_quant.reading.taps import Taps, resolve_taps
 from eagle3_quant.records.calibration import (
     INDEX_NAME,
     STATE_DTYPES,
@@ -37,6 +35,9 @@ from eagle3_quant.records.calibration import (
     CalibrationWriter,
     load_calibration,
 )
+from eagle3_quant.taps.capture import CapturePlan, TapRecord, capture_taps, stale_order
+from eagle3_quant.taps.conventions import Taps, resolve_taps
+from eagle3_quant.taps.engine_rules import DEFAULT_ENGINE, Engine
 from eagle3_quant.util.outdir import staged_output
 from eagle3_quant.util.progress import SILENT, Progress
 

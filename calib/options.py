@@ -6,12 +6,12 @@ from dataclasses import dataclass
 
 from eagle3_quant.calib.backends import DEFAULT_BACKEND, check_backend_options
 from eagle3_quant.calib.dump_formats import DumpFormat
-from eagle3_quant.calib.engine_taps import DEFAULT_ENGINE, Engine
 from eagle3_quant.calib.target import DTYPE_NAMES
 
 from eagle3_quant.errors import CalibrationDataError
 from eagle3_quant.options import check_device, check_positive, option
-from eagle3_quant.reading.taps import TapConvention
+from eagle3_quant.taps.conventions import TapConvention
+from eagle3_quant.taps.engine_rules import DEFAULT_ENGINE, Engine
 
 DEFAULT_GENERATE_TOKENS = 64
 TAPS_HELP = ("How the draft config counts its aux layer ids: input (EAGLE/vLLM/speculators) or output "

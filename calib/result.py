@@ -33,7 +33,7 @@ class CalibrationResult:
     @property
     def tap_note(self) -> str | None:
         """One line when the serving engine feeds other layers than the draft was trained on."""
-        from eagle3_quant.calib.engine_taps import TapRecord
+        from eagle3_quant.taps.capture import TapRecord
 
         record = TapRecord.from_extra(self.info.extra or {})
         return record.note if record else None
@@ -41,7 +41,7 @@ class CalibrationResult:
     @property
     def tap_notes(self) -> list[str]:
         """That line, and one when the draft's ids are written out of layer order."""
-        from eagle3_quant.calib.engine_taps import TapRecord
+        from eagle3_quant.taps.capture import TapRecord
 
         record = TapRecord.from_extra(self.info.extra or {})
         return record.notes if record else []

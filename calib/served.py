@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from eagle3_quant.calib.engine_taps import Engine, engine_taps, stale_order
-
-from eagle3_quant.engines.aux_taps import trained_taps
 from eagle3_quant.errors import DraftFormatError
 from eagle3_quant.reading.config import DraftConfig
 from eagle3_quant.records.calibration import CalibrationSet
+from eagle3_quant.taps.candidates import trained_taps
+from eagle3_quant.taps.capture import stale_order
+from eagle3_quant.taps.engine_rules import Engine, engine_taps
 
 
 def target_layers(calib: CalibrationSet) -> int | None:

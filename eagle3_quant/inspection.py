@@ -6,13 +6,13 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from eagle3_quant.engines.aux_taps import taps_summary
 from eagle3_quant.engines.draft_support import engine_refusals
 from eagle3_quant.engines.vllm.names import exclude_pattern
 from eagle3_quant.reading.config import DraftConfig
 from eagle3_quant.reading.draft import DraftCheckpoint
 from eagle3_quant.reading.hub_headers import read_draft_headers
 from eagle3_quant.schemes import DEFAULT_SCHEME, ENGINES, get_scheme
+from eagle3_quant.taps.summary import taps_summary
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ class DraftInspection:
     vllm_exclude: list[str]
     estimated_output_bytes: int
     engines: dict[str, str | None]  # engine -> None when it serves the draft, else the one-line reason it refuses
-    taps: dict                      # per engine the target layers fed, the trained ones, the candidates (aux_taps)
+    taps: dict                      # per engine the target layers fed, the trained ones, the candidates (taps/)
     artifact_engines: dict          # what `quantize --engine auto` would write it for: requested, serves, left_out
 
     def to_dict(self) -> dict:

@@ -24,7 +24,7 @@ from eagle3_quant.schemes import DEFAULT_SCHEME, SCHEMES
 from eagle3_quant.validate.options import ValidateOptions
 
 PIPELINE_VERSION = 1
-ENGINES = ("vllm", "sglang")           # calib.engine_taps.Engine (the core imports no stage; a test keeps them equal)
+ENGINES = ("vllm", "sglang")           # taps.engine_rules.Engine (a test keeps them equal)
 
 
 def _section(name: str, options: type, extra: list[tuple[str, Any, Any]]) -> type:

@@ -4,9 +4,9 @@ ships, what `quantize --serve-taps` wrote and why, and the acceptance measured u
 
 from __future__ import annotations
 
-from eagle3_quant.engines.aux_taps import READERS
 from eagle3_quant.records.serve_taps import ServeTapsRecord
 from eagle3_quant.records.validation_report import ValidationSummary
+from eagle3_quant.taps.engine_rules import READERS
 
 NOT_MEASURED = "not measured"
 

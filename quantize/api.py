@@ -86,7 +86,7 @@ def quantize_draft(src: str | Path, out: str | Path, options: QuantizeOptions | 
     converted to safetensors beside OUT (the source is only read); `draft_vocab` (needs `calib`) keeps the N
     target tokens the target emits most often in the calibration set (``quantize/vocab_prune.py``): the pruned
     BF16 draft is quantized as any source. `quantize_lm_head` is refused: no engine loads a quantized Eagle3
-    lm_head (``eagle3_quant/lm_head_support.py``). `serve_taps` (``quantize/serve_taps.py``): trained writes the ids
+    lm_head (``eagle3_quant/lm_head_support.py``). `serve_taps` (``taps/serve_decision.py``): trained writes the ids
     so that every engine feeds the layers the draft was trained on (the config's convention, or measured on
     `calib`), as-is keeps them.
     """

@@ -19,8 +19,8 @@ def vllm_exclude(plan: QuantPlan) -> list[str]:
 def rewrite_config(config_path: Path, source_config: Mapping[str, Any], plan: QuantPlan,
                    taps: Mapping[str, Any] | None = None) -> dict:
     """Replace Quark's plain exclude names by anchored `re:` patterns; keep every source key as it was but the
-    aux layer ids `taps` names (``quantize/serve_taps.py``: the layers each engine feeds)."""
-    from eagle3_quant.engines.aux_taps import apply_written
+    aux layer ids `taps` names (``taps/written_ids.py``: the layers each engine feeds)."""
+    from eagle3_quant.taps.written_ids import apply_written
 
     config = json.loads(config_path.read_text())
     qc = config.get("quantization_config")

@@ -8,8 +8,8 @@ import torch
 from eagle3_quant.errors import DraftFormatError
 from eagle3_quant.reading.draft import read_draft
 from eagle3_quant.reading.formats import DraftFormat
-from eagle3_quant.reading.taps import TapConvention, resolve_taps
 from eagle3_quant.records.calibration import CalibrationInfo, CalibrationSample, CalibrationWriter, load_calibration
+from eagle3_quant.taps.conventions import TapConvention, resolve_taps
 
 LAYERS = 8   # the "tiny" synthetic draft's target
 

@@ -1,29 +1,25 @@
 """Which target layers vLLM (both model runners) and SGLang feed a draft, read from their code
-(eagle3_quant/engines/aux_taps.py), the trained layers, the candidates, and the ids `--serve-taps trained` writes."""
+(eagle3_quant/taps/), the trained layers, the candidates, and the ids `--serve-taps trained` writes."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
-from eagle3_quant.calib.engine_taps import Engine, capture_taps, engine_taps, served_taps
 from tiny_pair_fixtures import PAIR
 
 from eagle3_quant.cli import main
-from eagle3_quant.engines.aux_taps import (
-    AUX_KEY,
-    apply_written,
-    engine_feeds,
-    served_config,
-    tap_candidates,
-    trained_taps,
-    with_raw,
-)
 from eagle3_quant.errors import PipelineSpecError
 from eagle3_quant.inspection import inspect_draft
 from eagle3_quant.pipeline_spec import ENGINES, load_pipeline
 from eagle3_quant.reading.draft import read_draft
 from eagle3_quant.reading.formats import DraftFormat
+from eagle3_quant.taps.candidates import tap_candidates, trained_taps
+from eagle3_quant.taps.capture import capture_taps
+from eagle3_quant.taps.conventions import AUX_KEY
+from eagle3_quant.taps.engine_rules import Engine, engine_feeds, engine_taps
+from eagle3_quant.taps.summary import served_taps
+from eagle3_quant.taps.written_ids import apply_written, served_config, with_raw
 
 LAYERS = 8   # the "tiny" synthetic draft's target
 

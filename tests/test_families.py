@@ -231,7 +231,7 @@ def test_aux_count_must_fit_the_ids(tmp_path):
 
 
 def test_final_layer_tap_resolved_after_the_ids(tmp_path):
-    from eagle3_quant.reading.taps import resolve_taps
+    from eagle3_quant.taps.conventions import resolve_taps
 
     draft = read_draft(write_synthetic_draft(tmp_path / "a", "tiny-final-aux"))
     assert draft.config.num_aux == 4 and draft.config.aux_includes_final_layer

@@ -79,11 +79,11 @@ def test_pipeline_imports_a_vllm_dump_and_validates_with_it(tmp_path):
     the generated tokens but the last) at every candidate's layers is imported by the pipeline, quantize serves the
     trained layers (measured on it), and validate measures acceptance on it."""
     import torch
-    from eagle3_quant.calib.engine_taps import capture_taps
     from safetensors.torch import load_file
     from tiny_pair_fixtures import PAIR, TinyPair
 
     from eagle3_quant.reading.draft import read_draft
+    from eagle3_quant.taps.capture import capture_taps
 
     target = TinyPair(PAIR / "target", PAIR / "draft", None, None, None).load_target()
     layers = len(target.model.layers)

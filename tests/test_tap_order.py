@@ -9,15 +9,16 @@ import pytest
 import torch
 from calib_capture_fixtures import DRAFT, TARGET
 from eagle3_quant.calib.api import calibrate_target
-from eagle3_quant.calib.engine_taps import engine_taps, served_taps
 from eagle3_quant.calib.importer import import_calibration
 from test_calib_engine_dump import SGLANG_IDS, engine_states, write_dump
 
 from eagle3_quant.errors import DraftFormatError, TargetMismatchError
 from eagle3_quant.reading.draft import read_draft
 from eagle3_quant.reading.formats import DraftFormat
-from eagle3_quant.reading.taps import resolve_taps
 from eagle3_quant.records.calibration import CalibrationInfo, CalibrationSample, CalibrationWriter, load_calibration
+from eagle3_quant.taps.conventions import resolve_taps
+from eagle3_quant.taps.engine_rules import engine_taps
+from eagle3_quant.taps.summary import served_taps
 from fixtures.synthetic import write_synthetic_draft
 
 UNORDERED = [2, 0, 1]      # SpecForge ids (outputs of layers 2, 0, 1) = hidden_states 3, 1, 2 under SGLang

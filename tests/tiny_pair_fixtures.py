@@ -57,9 +57,8 @@ def union_calib(tiny_pair, tmp_path_factory) -> Path:
     """The calibration set `calibrate` stores for the tiny pair: the same prompts as `tiny_pair.calib`, every
     candidate's layers in one pass (vLLM's reading of the nested ids, hidden_states[0, 1, 2], and the trained
     [1, 2, 3]: their union [0, 1, 2, 3]) and what `calibrate` records about them."""
-    from eagle3_quant.calib.engine_taps import capture_taps
-
     from eagle3_quant.reading.draft import read_draft
+    from eagle3_quant.taps.capture import capture_taps
 
     capture = fixture_module("tiny_capture")
     plan = capture_taps(read_draft(tiny_pair.draft).config, 4, "vllm")

@@ -13,7 +13,7 @@ from eagle3_quant.validate.report import REPORT_NAME, Check, Gates, ValidationRe
 from eagle3_quant.validate.sglang_load import CHECK as SGLANG_CHECK
 from eagle3_quant.validate.sglang_load import sglang_load_check
 from eagle3_quant.validate.structure import structure_checks
-from eagle3_quant.validate.taps_report import candidate_rows, depth, served_view, taps_metrics
+from eagle3_quant.validate.taps_report import candidate_rows, depth, served_view
 from eagle3_quant.validate.vllm_load import CHECK_NAME as VLLM_CHECK
 from eagle3_quant.validate.vllm_load import VllmLoadOptions, check_vllm_load
 
@@ -26,6 +26,7 @@ from eagle3_quant.records.calibration import CalibrationSet, load_calibration
 from eagle3_quant.records.evidence import artifact_digests
 from eagle3_quant.records.manifest import MANIFEST_NAME, Manifest
 from eagle3_quant.records.public_names import public_name
+from eagle3_quant.taps.summary import taps_metrics
 
 FIDELITY_CHECKS = ("top1_agreement", "acceptance_ratio")
 

@@ -13,7 +13,6 @@ from eagle3_quant.validate.mx_structure import check_mx_weights
 from eagle3_quant.validate.report import Check, failed, passed, skipped
 from safetensors import safe_open
 
-from eagle3_quant.engines.aux_taps import apply_written
 from eagle3_quant.engines.vllm.loader_compat import check_loader_compat, loader_family
 from eagle3_quant.errors import ManifestError
 from eagle3_quant.reading.artifact import (
@@ -30,6 +29,7 @@ from eagle3_quant.reading.safetensors_header import FLOAT_DTYPES, FP8_DTYPES, Te
 from eagle3_quant.records.manifest import MANIFEST_NAME, Manifest
 from eagle3_quant.runtime.mx import packed_width
 from eagle3_quant.runtime.mx_loading import mx_unpacked_shape
+from eagle3_quant.taps.written_ids import apply_written
 
 ROWS_PER_CHUNK = 4096
 SHOWN = 3

@@ -1,18 +1,18 @@
-"""What `validate` says about the target layers: per engine the layers fed (as the artifact's config stands), the
-trained ones, and the acceptance under each candidate the calibration set holds, BF16 reference and FP8 artifact:
-numbers, not a warning. A draft naming no ids is measured under the defaults of both counts, and the best is named."""
+"""What `validate` measures about the target layers: the acceptance under each candidate the calibration set holds,
+BF16 reference and FP8 artifact: numbers, not a warning. A draft naming no ids is measured under the defaults of both
+counts; ``taps/summary.taps_metrics`` names the best and adds the feeds, the trained layers and the notes."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from eagle3_quant.calib.engine_taps import Engine, engine_taps, held_candidates, served_taps
 from eagle3_quant.calib.served import draft_view, target_layers
 
-from eagle3_quant.engines.aux_taps import engine_feeds
 from eagle3_quant.errors import DraftFormatError, Eagle3QuantError
 from eagle3_quant.reading.config import DraftConfig
 from eagle3_quant.records.calibration import CalibrationSet
+from eagle3_quant.taps.capture import held_candidates
+from eagle3_quant.taps.engine_rules import Engine, engine_feeds, engine_taps
 
 
 def depth(calib: CalibrationSet | None, target: str | Path | None) -> int | None:
@@ -66,12 +66,3 @@ def candidate_rows(config: DraftConfig, calib: CalibrationSet, layers: int | Non
                      "per_position_fp8": list(cand_stats.per_position) if cand_stats.drafts else []})
     return rows
 
-
-def taps_metrics(config: DraftConfig, layers: int | None, rows: list[dict]) -> dict:
-    """`metrics.taps`: feeds, trained layers, notes, the candidates measured and the best one (FP8 artifact)."""
-    summary = served_taps(config, layers)
-    summary["target_layers"] = layers
-    summary["measured"] = rows
-    judged = [r for r in rows if r["acceptance_length_fp8"] is not None]
-    summary["best"] = max(judged, key=lambda r: r["acceptance_length_fp8"])["name"] if judged else None
-    return summary

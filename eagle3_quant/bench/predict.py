@@ -16,10 +16,10 @@ from pathlib import Path
 import torch
 
 from eagle3_quant.calib.capture import TargetRunner
-from eagle3_quant.calib.engine_taps import capture_taps
 from eagle3_quant.calib.target import TargetSpec, load_model
 from eagle3_quant.reading.config import DraftConfig
 from eagle3_quant.records.calibration import CalibrationInfo, CalibrationSample, CalibrationWriter
+from eagle3_quant.taps.capture import capture_taps
 from eagle3_quant.validate.api import validate_draft
 from eagle3_quant.validate.options import ValidateOptions
 

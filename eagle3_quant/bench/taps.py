@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from eagle3_quant.engines.aux_taps import apply_written
+from eagle3_quant.taps.written_ids import apply_written
 
 AS_SHIPPED = "reference_as_shipped"      # the run name of the reference with its own ids
 

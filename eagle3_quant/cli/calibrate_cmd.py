@@ -9,14 +9,14 @@ import typer
 
 from eagle3_quant.calib.backends import Backend
 from eagle3_quant.calib.dump_formats import DumpFormat
-from eagle3_quant.calib.engine_taps import Engine
 from eagle3_quant.calib.options import CalibrationOptions as C
 from eagle3_quant.calib.options import ImportOptions
 from eagle3_quant.calib.target import DTYPE_NAMES
 from eagle3_quant.cli.app import verb
 from eagle3_quant.options import default_of as default
 from eagle3_quant.options import help_of
-from eagle3_quant.reading.taps import TapConvention
+from eagle3_quant.taps.conventions import TapConvention
+from eagle3_quant.taps.engine_rules import Engine
 
 Dtype = Enum("Dtype", {name: name for name in ("auto", *DTYPE_NAMES)}, type=str)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.table import Table
 
 from eagle3_quant.cli.render import console
-from eagle3_quant.engines.aux_taps import READERS, reader
+from eagle3_quant.taps.engine_rules import READERS, reader
 
 
 def _layers(indices) -> str:

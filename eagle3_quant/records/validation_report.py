@@ -30,7 +30,7 @@ Layout (``report_version`` 1), written by `eagle3-quant validate`::
         "compute_dtype", "device",                           # what the two drafts were computed in, and where
         "prediction": {"engine", "compute_dtype", "dtype_reason", "silu_mul", "fused_shards"},
                                              # the serving numerics followed (eagle3_quant/runtime/serving.py)
-        "taps": {"training", "vllm", "sglang", "feeds", "measured", "best", "notes": [...]}  # validate/taps_report.py
+        "taps": {"training", "vllm", "sglang", "feeds", "measured", "best", "notes": [...]}  # taps/summary.py
       },
       "layers": [{"module", "role", "shape", "sqnr_db"}],    # per quantized linear (needs the reference)
       "kernel": {"status", "device", "platform", "backend", "kernels": [...], ...},   # see kernel_check.py

@@ -1,67 +1,25 @@
-"""What a calibration set captures and records about the target layers each engine feeds the draft.
+"""What a calibration set captures and records about the target layers each engine feeds the draft, and which
+candidates a set can rebuild.
 
-The engines' rules and the candidates are data in the core (``eagle3_quant/engines/aux_taps.py``, read from
-vLLM's and SGLang's code). `calibrate` captures the union of the candidates in one pass (the trained layers, each
+`calibrate` captures the union of the candidates (``taps/candidates.py``) in one pass (the trained layers, each
 engine's, and for a draft without ids the training defaults of both counts), so that `validate` and `quantize`
 can measure the acceptance under each one and rebuild any candidate's states from the set; ``--aux-layer-ids`` or
 ``--tap-convention`` capture what they name instead.
 
-Both engines concatenate the states in ascending layer order (see ``reading/taps.py``), so every index list here
+Both engines concatenate the states in ascending layer order (see ``taps/conventions.py``), so every index list here
 is ascending; ids written in another order get a note (`Taps.order_note`), a repeated tap is refused.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 
-from eagle3_quant.engines.aux_taps import (
-    TapCandidate,
-    candidate_union,
-    engine_feeds,
-    ids_read,
-    reader,
-    tap_candidates,
-    trained_taps,
-)
 from eagle3_quant.errors import DraftFormatError
 from eagle3_quant.reading.config import DraftConfig
-from eagle3_quant.reading.taps import AUX_KEY, TapConvention, Taps, resolve_taps
-
-
-class Engine(StrEnum):
-    vllm = "vllm"
-    sglang = "sglang"
-
-
-DEFAULT_ENGINE = Engine.vllm
-
-
-def engine_taps(config: DraftConfig, num_layers: int | None, engine: Engine | str) -> Taps:
-    """The hidden_states indices `engine` captures for this draft on a `num_layers`-layer target (vLLM: its
-    model runner V1, which the CPU build runs; ``aux_taps.READERS`` has V2 too)."""
-    engine = Engine(engine)
-    ids, where, convention = ids_read(engine.value, config.raw)
-    if ids is None:
-        if num_layers is None:
-            raise DraftFormatError(f"{engine.value} uses its default taps for this draft, which depend on the "
-                                   "target's layer count", field=AUX_KEY, hint="pass --target")
-        ids, where = (2, num_layers // 2, num_layers - 3), f"{engine.value} defaults for a {num_layers}-layer target"
-    return resolve_taps(config, num_layers, convention, ids, f"{where}, as {reader(engine.value).label} reads it")
-
-
-def training_taps(config: DraftConfig, num_layers: int | None) -> Taps | None:
-    """The indices the config's convention says the draft was trained on (None: it names no ids)."""
-    return trained_taps(config, num_layers)
-
-
-def mismatch_line(engine: str, engine_indices, training_indices) -> str | None:
-    """One line when the engine feeds other layers than the draft was trained on; None when they agree."""
-    if training_indices is None or list(engine_indices) == list(training_indices):
-        return None
-    return (f"{engine} feeds this draft hidden_states{list(engine_indices)} as its config stands, but the config "
-            f"says it was trained on hidden_states{list(training_indices)}: `validate` measures the acceptance "
-            "under each, `quantize` (--serve-taps trained) writes the ids so that every engine feeds the trained ones")
+from eagle3_quant.taps.candidates import TapCandidate, candidate_union, tap_candidates, trained_taps
+from eagle3_quant.taps.conventions import TapConvention, Taps, resolve_taps
+from eagle3_quant.taps.engine_rules import Engine, engine_taps
+from eagle3_quant.taps.summary import mismatch_line
 
 
 def stale_order(held, wanted) -> str | None:
@@ -170,27 +128,6 @@ def held_candidates(config: DraftConfig, stored: tuple[int, ...], extra: dict,
     return tuple(TapCandidate(labels, indices) for indices, labels in found.items())
 
 
-def served_taps(config: DraftConfig, num_layers: int | None = None) -> dict:
-    """Training taps, each engine's taps, and one note per engine that feeds other layers (data-free)."""
-    trained = training_taps(config, num_layers)
-    summary: dict = {"training": None if trained is None else list(trained.indices), "notes": [],
-                     "feeds": [f.to_dict() for f in engine_feeds(config, num_layers)]}
-    for engine in Engine:
-        try:
-            indices = engine_taps(config, num_layers, engine).indices
-        except DraftFormatError:
-            summary[engine.value] = None
-            continue
-        summary[engine.value] = list(indices)
-        note = mismatch_line(engine.value, indices, summary["training"])
-        if note:
-            summary["notes"].append(note)
-    order = None if trained is None else trained.order_note
-    if order:
-        summary["notes"].append(order)
-    return summary
-
-
 def accepted_calibration_taps(config: DraftConfig, extra: dict) -> set[tuple[int, ...]]:
     """Index lists a calibration set for this draft may hold: the recorded engine's, else any engine's or the
     training taps (sets made before engines were recorded hold the training taps)."""
@@ -199,7 +136,7 @@ def accepted_calibration_taps(config: DraftConfig, extra: dict) -> set[tuple[int
         return set()                 # whatever the user asked for; nothing to compare
     engines = [Engine(record.engine)] if record and record.engine in Engine.__members__ else list(Engine)
     accepted = set()
-    trained = training_taps(config, None)
+    trained = trained_taps(config, None)
     if trained is not None and record is None:
         accepted.add(trained.indices)
     for engine in engines:
