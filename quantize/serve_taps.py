@@ -30,6 +30,7 @@ from eagle3_quant.reading.formats import DraftFormat
 from eagle3_quant.reading.taps import AUX_KEY, resolve_taps
 from eagle3_quant.records.public_names import public_name
 from eagle3_quant.records.serve_taps import MeasuredTaps, ServeTapsRecord
+from eagle3_quant.util.formatting import interval
 
 TAPS_K = 3          # draft steps per chain, as `validate` measures by default
 
@@ -88,7 +89,7 @@ def _best(measured: list, trained) -> tuple[TapCandidate | None, str]:
         return best, (f"measured: hidden_states{list(best.indices)} ({best.name}) drafts better than the config's "
                       f"convention, hidden_states{list(trained.indices)}: acceptance length "
                       f"{lengths[best.indices]:.3f} vs {lengths[trained.indices]:.3f} "
-                      f"(ratio {ratio.ratio:.4f}, 95% CI {ratio.low:.4f}..{ratio.high:.4f})")
+                      f"(ratio {ratio.ratio:.4f}, 95% CI {interval(ratio.low, ratio.high)})")
     return None, ""
 
 
