@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from eagle3_quant.cli.render import human_bytes
+from eagle3_quant.util.formatting import human_bytes
 
 GOAL_SHAPE = "llama3-8b"      # issue 23: quantize of an 8B-shaped draft at <= 0.5x Quark's own script
 TARGETS = {  # name -> upper limit

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from eagle3_quant.cli.render import human_bytes
 from eagle3_quant.cost import DEVICE_PROFILES, DraftDims, dims_cost
+from eagle3_quant.util.formatting import human_bytes
 
 PRUNED_VOCAB = 32000
 # EAGLE3 LLaMA3.1-Instruct-8B (draft vocab already 32K, target's embedding); Kimi-K2.5 (TorchSpec's template:

@@ -21,7 +21,8 @@ from eagle3_quant.reading.draft import read_draft
 from eagle3_quant.records.calibration import CalibrationInfo, load_calibration
 from eagle3_quant.taps.capture import CapturePlan, capture_taps
 from eagle3_quant.taps.conventions import Taps
-from eagle3_quant.util.progress import SILENT, Progress, human_bytes
+from eagle3_quant.util.formatting import human_bytes
+from eagle3_quant.util.progress import SILENT, Progress
 
 
 def _data_name(data: str | Path) -> str:

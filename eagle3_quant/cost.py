@@ -20,10 +20,10 @@ from pathlib import Path
 
 from eagle3_quant.errors import SchemeError
 from eagle3_quant.reading.safetensors_header import DTYPE_SIZES, FP8_DTYPES
+from eagle3_quant.reading.scale_names import QUANT_SUFFIXES
 
 READ_PARTS = ("fc", "attention", "mlp", "lm_head", "embedding", "norm", "vocab_map", "extra")
 MATMUL_PARTS = frozenset({"fc", "attention", "mlp", "lm_head"})
-SCALE_SUFFIXES = ("weight_scale", "input_scale", "weight_zero_point", "input_zero_point", "output_scale")
 LAYER_PREFIXES = ("midlayer.", "layers.0.", "model.layers.0.")
 MX_GROUP = 32                 # OCP MX: one E8M0 scale byte per 32 elements along the input dimension
 KV_CACHE_DTYPE_BYTES = 2      # BF16 KV cache: the draft's artifacts quantize no KV cache
@@ -79,7 +79,7 @@ class WeightTensor:
 
     @property
     def is_scale(self) -> bool:
-        return self.name.rsplit(".", 1)[-1] in SCALE_SUFFIXES
+        return self.name.rsplit(".", 1)[-1] in QUANT_SUFFIXES
 
     @property
     def matmul_flops(self) -> int:

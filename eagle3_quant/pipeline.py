@@ -27,6 +27,7 @@ from eagle3_quant.quantize.options import AUTO_SCHEME
 from eagle3_quant.reading.source import REPO_ID
 from eagle3_quant.records.calibration import INDEX_NAME
 from eagle3_quant.records.manifest import MANIFEST_NAME, Manifest
+from eagle3_quant.util.formatting import ratio_interval
 
 STAGES = ("calibrate", "quantize", "validate", "bench", "push")
 
@@ -203,7 +204,7 @@ def run_bench(spec: PipelineSpec) -> str:
 
     result = bench_draft(spec.out, options)
     ratio, predicted = result.ratio, result.predicted or {}
-    text = (f"{result.engine.describe()}: acceptance ratio {ratio.ratio:.4f} ({ratio.low:.4f}..{ratio.high:.4f}), "
+    text = (f"{result.engine.describe()}: acceptance ratio {ratio_interval(ratio.ratio, ratio.low, ratio.high)}, "
             f"lossless {'yes' if result.lossless else 'NO'}")
     if predicted.get("acceptance_ratio") is not None:
         text += f", predicted {predicted['acceptance_ratio']:.4f}"

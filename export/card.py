@@ -26,12 +26,12 @@ from eagle3_quant.records.manifest import LayerRecord, Manifest, SourceRecord
 from eagle3_quant.records.public_names import public_argv, public_name
 from eagle3_quant.records.validation_report import ValidationSummary, acceptance_measurements, read_validation
 from eagle3_quant.schemes import SCHEMES
+from eagle3_quant.util.formatting import NOT_MEASURED, number
 
 CARD_NAME = "README.md"
 TEMPLATE_PATH = Path(__file__).with_name("card_template.md")
 BASE_TAGS = ("eagle3", "speculative-decoding", "draft-model", "fp8", "amd-quark")
 LIBRARY_NAME = "vllm"
-NOT_MEASURED = "not measured"
 DEFAULT_ROLES_KEPT = frozenset({"fc", "lm_head"})
 
 
@@ -62,10 +62,6 @@ def _config_verifier(out: Path) -> str | None:
     return name if isinstance(name, str) else None
 
 
-def _fmt(value: float | None, spec: str) -> str:
-    return NOT_MEASURED if value is None else format(value, spec)
-
-
 def _metric_rows(validation: ValidationSummary) -> list[tuple[str, str]]:
     m = validation.metric
     kernel = validation.kernel
@@ -77,12 +73,12 @@ def _metric_rows(validation: ValidationSummary) -> list[tuple[str, str]]:
     else:
         kernel_text = NOT_MEASURED
     return [
-        ("acceptance length, BF16 draft", _fmt(m("acceptance_length_bf16"), ".3f")),
-        ("acceptance length, FP8 draft", _fmt(m("acceptance_length_fp8"), ".3f")),
-        ("acceptance ratio FP8 / BF16", _fmt(m("acceptance_ratio"), ".4f")),
+        ("acceptance length, BF16 draft", number(m("acceptance_length_bf16"), ".3f", NOT_MEASURED)),
+        ("acceptance length, FP8 draft", number(m("acceptance_length_fp8"), ".3f", NOT_MEASURED)),
+        ("acceptance ratio FP8 / BF16", number(m("acceptance_ratio"), ".4f", NOT_MEASURED)),
         ("acceptance predicted with", validation.prediction or NOT_MEASURED),
-        ("top-1 agreement FP8 vs BF16", _fmt(m("top1_agreement"), ".4f")),
-        ("logit KL (BF16 to FP8)", _fmt(m("kl"), ".3g")),
+        ("top-1 agreement FP8 vs BF16", number(m("top1_agreement"), ".4f", NOT_MEASURED)),
+        ("logit KL (BF16 to FP8)", number(m("kl"), ".3g", NOT_MEASURED)),
         ("FP8 kernel check", kernel_text),
         ("validation gates", validation.gates or NOT_MEASURED),
     ]

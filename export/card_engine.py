@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-NOT_MEASURED = "not measured"
+from eagle3_quant.util.formatting import NOT_MEASURED, interval
 
 
 def _num(value: Any, spec: str) -> str | None:
@@ -17,10 +17,10 @@ def _num(value: Any, spec: str) -> str | None:
 
 
 def _interval(row: Any) -> str:
-    interval = row.get("interval") if isinstance(row, dict) else None
-    if not (isinstance(interval, list) and len(interval) == 2 and all(_num(x, "") for x in interval)):
+    ends = row.get("interval") if isinstance(row, dict) else None
+    if not (isinstance(ends, list) and len(ends) == 2 and all(_num(x, "") for x in ends)):
         return ""
-    return f" (95% {interval[0]:.4f}..{interval[1]:.4f})"
+    return f" (95% {interval(*ends)})"
 
 
 def engine_rows(run: dict[str, Any]) -> list[tuple[str, str]]:

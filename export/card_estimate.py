@@ -11,8 +11,7 @@ import json
 from pathlib import Path
 
 from eagle3_quant.speedup import ESTIMATE_NAME
-
-NOT_MEASURED = "not measured"
+from eagle3_quant.util.formatting import NOT_MEASURED
 
 
 def estimate_rows(out: Path) -> list[tuple[str, str]]:

@@ -7,16 +7,11 @@ from __future__ import annotations
 from eagle3_quant.records.serve_taps import ServeTapsRecord
 from eagle3_quant.records.validation_report import ValidationSummary
 from eagle3_quant.taps.engine_rules import READERS
-
-NOT_MEASURED = "not measured"
+from eagle3_quant.util.formatting import NOT_MEASURED, number
 
 
 def _layers(indices) -> str:
     return "unknown (the target's depth)" if indices is None else f"`hidden_states{list(indices)}`"
-
-
-def _length(value) -> str:
-    return NOT_MEASURED if value is None else f"{value:.3f}"
 
 
 def _written(record: ServeTapsRecord) -> str:
@@ -42,8 +37,10 @@ def taps_section(record: ServeTapsRecord | None, validation: ValidationSummary) 
         name = m.name if m else next(x.name for x in record.measured if tuple(x.indices) == indices)
         fed = ", ".join(labels.get(r, r) for r in m.fed_by) if m and m.fed_by else "-"
         served = " (served)" if record is not None and record.served == list(indices) else ""
-        rows.append((f"`hidden_states{list(indices)}`", name + served, fed, _length(quantize_lengths.get(indices)),
-                     _length(m.acceptance_length_bf16 if m else None), _length(m.acceptance_length_fp8 if m else None)))
+        lengths = (quantize_lengths.get(indices), m.acceptance_length_bf16 if m else None,
+                   m.acceptance_length_fp8 if m else None)
+        rows.append((f"`hidden_states{list(indices)}`", name + served, fed,
+                     *(number(length, ".3f", NOT_MEASURED) for length in lengths)))
     summary = ("" if record is None else
                f"`--serve-taps {record.mode}`" + (f", decided by {record.decided_by}: {record.reason}."
                                                    if record.mode == "trained" else

@@ -50,6 +50,7 @@ from eagle3_quant.runtime.acceptance import (
 )
 from eagle3_quant.runtime.serving import serving_numerics
 from eagle3_quant.schemes import get_scheme
+from eagle3_quant.util.formatting import interval
 
 AUTO_K = CALIBRATION_STEPS      # draft steps per chain: vLLM's usual num_speculative_tokens, validate's default k
 
@@ -148,7 +149,7 @@ def choose(measured: list[Measured], gate: float) -> Measured:
     best = max(rated, key=lambda m: m.ratio)
     low, high = best.paired.low, best.paired.high
     raise AcceptanceGateError(f"--scheme auto: no candidate keeps --min-acceptance-ratio {gate}; the best, "
-                              f"{best.candidate.name}, has {best.ratio:.4f} (95% CI {low:.4f}..{high:.4f}); "
+                              f"{best.candidate.name}, has {best.ratio:.4f} (95% CI {interval(low, high)}); "
                               "nothing written", field="min_acceptance_ratio")
 
 

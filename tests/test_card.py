@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from eagle3_quant.export.card import NOT_MEASURED, make_card
+from eagle3_quant.export.card import make_card
 from hub_server.fixtures import PASSED_REPORT
 
 from eagle3_quant.cli import main
@@ -13,6 +13,7 @@ from eagle3_quant.errors import PublishError
 from eagle3_quant.reading.source_card import repo_id_from_cache_path, source_card_info
 from eagle3_quant.records.manifest import MANIFEST_NAME
 from eagle3_quant.records.validation_report import read_validation
+from eagle3_quant.util.formatting import NOT_MEASURED
 
 
 def write_report(folder, data) -> None:

@@ -27,6 +27,7 @@ from eagle3_quant.records.evidence import artifact_digests
 from eagle3_quant.records.manifest import MANIFEST_NAME, Manifest
 from eagle3_quant.records.public_names import public_name
 from eagle3_quant.taps.summary import taps_metrics
+from eagle3_quant.util.formatting import interval
 
 FIDELITY_CHECKS = ("top1_agreement", "acceptance_ratio")
 
@@ -107,7 +108,7 @@ def _fidelity(art: Fp8Artifact, reference: DraftCheckpoint | None, calib: Calibr
     else:
         what = (f"acceptance length FP8 {result.candidate.acceptance_length:.3f} / BF16 "
                 f"{result.reference.acceptance_length:.3f} at k={k} over {result.reference.drafts} chains "
-                f"(95% CI {result.ratio.low:.4f}..{result.ratio.high:.4f}); ratio")
+                f"(95% CI {interval(result.ratio.low, result.ratio.high)}); ratio")
         checks.append(gate("acceptance_ratio", result.ratio.ratio, gates.min_acceptance_ratio, what))
     return checks, metrics, rows
 

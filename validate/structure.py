@@ -17,7 +17,6 @@ from eagle3_quant.engines.vllm.loader_compat import check_loader_compat, loader_
 from eagle3_quant.errors import ManifestError
 from eagle3_quant.reading.artifact import (
     MX_ELEMENT_DTYPES,
-    SCALE_SUFFIXES,
     VOCAB_TENSORS,
     Fp8Artifact,
     pruned_vocab,
@@ -26,6 +25,7 @@ from eagle3_quant.reading.artifact import (
 )
 from eagle3_quant.reading.draft import DraftCheckpoint
 from eagle3_quant.reading.safetensors_header import FLOAT_DTYPES, FP8_DTYPES, TensorInfo
+from eagle3_quant.reading.scale_names import WRITTEN_SCALE_SUFFIXES
 from eagle3_quant.records.manifest import MANIFEST_NAME, Manifest
 from eagle3_quant.runtime.mx import packed_width
 from eagle3_quant.runtime.mx_loading import mx_unpacked_shape
@@ -72,7 +72,7 @@ def check_fp8_weights(art: Fp8Artifact) -> Check:
             values = _load(inp)
             if inp.dtype != "F32" or inp.numel != 1 or not bool(torch.isfinite(values).all() and (values > 0).all()):
                 problems.append(f"{inp.name} must be one finite positive F32 value")
-    orphans = sorted(n for n in tensors if n.rsplit(".", 1)[-1] in SCALE_SUFFIXES
+    orphans = sorted(n for n in tensors if n.rsplit(".", 1)[-1] in WRITTEN_SCALE_SUFFIXES
                      and n.rsplit(".", 1)[0] not in art.fp8_modules)
     problems += [f"{n} has no FP8 weight" for n in orphans]
     if not art.fp8_modules:
@@ -117,7 +117,7 @@ def check_unchanged(art: Fp8Artifact, reference: DraftCheckpoint | None) -> Chec
     if reference is None:
         return skipped("unchanged_parts", "no reference draft (--reference, or a local source in the manifest)")
     ref, out = reference.checkpoint.tensors, art.checkpoint.tensors
-    scales = {f"{m}.{s}" for m in art.fp8_modules for s in SCALE_SUFFIXES}
+    scales = {f"{m}.{s}" for m in art.fp8_modules for s in WRITTEN_SCALE_SUFFIXES}
     pruned = pruned_vocab(art.path)
     # a pruned vocabulary: lm_head/d2t/t2d were compared with the pruned source by the export verification
     # smoothing folded exact power-of-two scales into some BF16 tensors: compared with the smoothed source at export

@@ -95,7 +95,8 @@ def calibrate_command(
     """Capture what the draft receives from its target (three aux hidden states, next tokens) into a
     calibration set: resumable, checked against the draft. Or import states dumped elsewhere (--from-dump)."""
     from eagle3_quant.cli.progress import TerminalProgress
-    from eagle3_quant.cli.render import console, human_bytes
+    from eagle3_quant.cli.render import console
+    from eagle3_quant.util.formatting import human_bytes
 
     if (data is None) == (from_dump is None):
         raise typer.BadParameter("give either --data (capture with transformers) or --from-dump (import)")

@@ -48,8 +48,9 @@ def quantize_command(
     serve_taps: Annotated[ServeTaps, typer.Option(help=help_of(Q, "serve_taps"))] = default(Q, "serve_taps"),
 ) -> None:
     """Quantize a draft to FP8 with AMD Quark; write config.json that vLLM loads unedited, and a manifest."""
-    from eagle3_quant.cli.render import console, human_bytes, print_loader_check
+    from eagle3_quant.cli.render import console, print_loader_check
     from eagle3_quant.quantize.api import quantize_draft
+    from eagle3_quant.util.formatting import human_bytes
 
     options = Q(scheme=scheme.value, exclude=tuple(exclude or ()), quantize_fc=quantize_fc, device=device,
                 calib=calib, auto_exclude=auto_exclude, smooth_alpha=smooth_alpha, gptq=gptq, force=force,

@@ -7,7 +7,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from eagle3_quant.records.validation_report import prediction_text
-from eagle3_quant.util.progress import human_bytes
+from eagle3_quant.util.formatting import human_bytes
 
 console = Console(highlight=False)
 if not console.is_terminal:  # logs and pipes: wide enough that runtime layer names are never cut

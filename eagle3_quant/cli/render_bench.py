@@ -5,25 +5,21 @@ from __future__ import annotations
 from rich.table import Table
 
 from eagle3_quant.cli.render import console
-
-
-def _num(value, spec: str) -> str:
-    return "-" if value is None else format(value, spec)
+from eagle3_quant.util.formatting import interval, number
 
 
 def _interval(row: dict | None) -> str:
     if not row or row.get("interval") is None:
         return "-"
-    low, high = row["interval"]
-    return f"{_num(low, '.4f')}..{_num(high, '.4f')}"
+    return interval(*row["interval"])
 
 
 def speed_line(speed: dict) -> str:
     """tokens/s and speedup over no draft on a GPU engine; on a CPU one, why there are none."""
     if not speed.get("tokens_per_s"):     # a CPU engine: one unwarmed pass per draft is no speed measurement
         return f"tokens/s and speedup: {speed.get('note') or 'not measured'}"
-    return ("tokens/s: " + ", ".join(f"{n} {_num(v, '.1f')}" for n, v in speed["tokens_per_s"].items())
-            + "; speedup over no draft: " + ", ".join(f"{n} {_num(v, '.2f')}x"
+    return ("tokens/s: " + ", ".join(f"{n} {number(v, '.1f')}" for n, v in speed["tokens_per_s"].items())
+            + "; speedup over no draft: " + ", ".join(f"{n} {number(v, '.2f')}x"
                                                      for n, v in speed["speedup_over_no_draft"].items()))
 
 
@@ -40,9 +36,9 @@ def print_bench(result) -> None:
         table.add_column(col)
     for name in ("reference", "artifact"):
         row = report["acceptance"][name]
-        table.add_row(name, _num(row["acceptance_length"], ".3f"),
-                      " ".join(_num(x, ".3f") for x in row["per_position"]), str(row["drafts"]),
-                      _num((predicted.get("acceptance_length") or {}).get(name), ".3f"))
+        table.add_row(name, number(row["acceptance_length"], ".3f"),
+                      " ".join(number(x, ".3f") for x in row["per_position"]), str(row["drafts"]),
+                      number((predicted.get("acceptance_length") or {}).get(name), ".3f"))
     console.print(table)
     ratio = report["acceptance_ratio"]
     line = f"acceptance ratio artifact / reference: [bold]{ratio['ratio']:.4f}[/] (95% {_interval(ratio)})"
@@ -79,12 +75,12 @@ def print_bench(result) -> None:
         for col in ("concurrency", "no draft tok/s", "BF16 tok/s (x)", "FP8 tok/s (x)", "TPOT ms none/BF16/FP8"):
             table.add_column(col)
         for row in sweep["points"]:
-            table.add_row(str(row["concurrency"]), _num(row["none"]["output_tokens_per_s"], ".1f"),
-                          f"{_num(row['reference']['output_tokens_per_s'], '.1f')} "
-                          f"({_num(row['reference']['speedup'], '.2f')})",
-                          f"{_num(row['artifact']['output_tokens_per_s'], '.1f')} "
-                          f"({_num(row['artifact']['speedup'], '.2f')})",
-                          "/".join(_num(row[n]["tpot_ms"], ".2f") for n in ("none", "reference", "artifact")))
+            table.add_row(str(row["concurrency"]), number(row["none"]["output_tokens_per_s"], ".1f"),
+                          f"{number(row['reference']['output_tokens_per_s'], '.1f')} "
+                          f"({number(row['reference']['speedup'], '.2f')})",
+                          f"{number(row['artifact']['output_tokens_per_s'], '.1f')} "
+                          f"({number(row['artifact']['speedup'], '.2f')})",
+                          "/".join(number(row[n]["tpot_ms"], ".2f") for n in ("none", "reference", "artifact")))
         console.print(table)
     where = "and OUT/validation.json (engine_run)" if result.validation_note is None else \
         f"(validation.json not updated: {result.validation_note})"

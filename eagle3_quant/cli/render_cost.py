@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from eagle3_quant.cli.render import console, human_bytes
+from eagle3_quant.cli.render import console
 from eagle3_quant.cost import READ_PARTS
+from eagle3_quant.util.formatting import human_bytes
 
 
 def print_cost(report) -> None:

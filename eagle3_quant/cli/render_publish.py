@@ -5,7 +5,8 @@ from __future__ import annotations
 import typer
 from rich.table import Table
 
-from eagle3_quant.cli.render import console, human_bytes
+from eagle3_quant.cli.render import console
+from eagle3_quant.util.formatting import human_bytes
 
 
 def print_push(result) -> None:

@@ -6,6 +6,7 @@ from rich.table import Table
 
 from eagle3_quant.cli.render import console
 from eagle3_quant.taps.engine_rules import READERS, reader
+from eagle3_quant.util.formatting import number
 
 
 def _layers(indices) -> str:
@@ -75,10 +76,6 @@ def print_candidates(taps: dict) -> None:
     for row in rows:
         fed = ", ".join(reader(name).label for name in row.get("fed_by") or []) or "-"
         table.add_row(row["name"] + (" [green](best)[/]" if row["name"] == taps.get("best") else ""),
-                      _layers(row["indices"]), fed, _fmt(row.get("acceptance_length_bf16")),
-                      _fmt(row.get("acceptance_length_fp8")))
+                      _layers(row["indices"]), fed, number(row.get("acceptance_length_bf16"), ".3f"),
+                      number(row.get("acceptance_length_fp8"), ".3f"))
     console.print(table)
-
-
-def _fmt(value) -> str:
-    return "-" if value is None else f"{value:.3f}"

@@ -49,7 +49,7 @@ def validate_command(
     if as_json:
         typer.echo(json.dumps(json.loads(result.report_path.read_text()), indent=2, allow_nan=False))
     else:
-        from eagle3_quant.cli.validate_render import print_validation
+        from eagle3_quant.cli.render_validate import print_validation
 
         print_validation(result)
     if not result.passed:

@@ -17,13 +17,12 @@ from eagle3_quant.reading.draft import DraftCheckpoint
 from eagle3_quant.reading.formats import detect_format
 from eagle3_quant.reading.layout import DraftLayout, build_layout
 from eagle3_quant.reading.safetensors_header import FP8_DTYPES
+from eagle3_quant.reading.scale_names import WRITTEN_SCALE_SUFFIXES
 from eagle3_quant.records.manifest import Manifest
 from eagle3_quant.runtime.mx import ELEMENT_BITS
 from eagle3_quant.runtime.mx_loading import mx_modules, mx_unpacked_shape, mx_weight_element
 
 MX_ELEMENT_DTYPES = tuple(ELEMENT_BITS)
-
-SCALE_SUFFIXES = ("weight_scale", "input_scale")
 
 
 @dataclass(frozen=True)
@@ -59,7 +58,7 @@ def read_artifact(out: Path) -> Fp8Artifact:
     mx = tuple(sorted(mx_modules(checkpoint.tensors, out)))
     fp8 = tuple(sorted({n.removesuffix(".weight") for n, i in checkpoint.tensors.items() if i.dtype in FP8_DTYPES}
                        | set(mx)))
-    scales = {f"{m}.{s}" for m in fp8 for s in SCALE_SUFFIXES}
+    scales = {f"{m}.{s}" for m in fp8 for s in WRITTEN_SCALE_SUFFIXES}
     view = {n: dataclasses.replace(i, dtype="BF16") if i.dtype in FP8_DTYPES else i
             for n, i in checkpoint.tensors.items() if n not in scales}
     for module in mx:      # packed MX: the float width is 32 per E8M0 scale

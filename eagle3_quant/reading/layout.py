@@ -10,6 +10,7 @@ from eagle3_quant.reading.config import DraftConfig
 from eagle3_quant.reading.families import DraftFamily
 from eagle3_quant.reading.formats import DraftFormat
 from eagle3_quant.reading.safetensors_header import FLOAT_DTYPES, FP8_DTYPES, TensorInfo
+from eagle3_quant.reading.scale_names import QUANT_SUFFIXES
 
 
 class Part(StrEnum):
@@ -29,7 +30,6 @@ MLA_ROLES = ("q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj")
 FUSED_GROUPS = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
 MLA_FUSED_GROUPS = {"fused_qkv_a_proj": ("q_a_proj", "kv_a_proj_with_mqa"), "gate_up_proj": ("gate_proj", "up_proj")}
 EMBEDDING_NAMES = ("embed_tokens.weight", "model.embed_tokens.weight")
-QUANT_SUFFIXES = ("weight_scale", "input_scale", "weight_zero_point", "output_scale")
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from eagle3_quant.errors import ManifestError
+from eagle3_quant.util.formatting import number, ratio_interval
 
 GATE_RULE = "point"     # the acceptance ratio's point estimate is gated, as `validate` gates it
 
@@ -74,13 +75,13 @@ def format_ratio(candidate: AutoCandidateRecord) -> str:
     if candidate.acceptance_ratio is None or math.isnan(candidate.acceptance_ratio):
         return "n/a"
     low, high = candidate.interval or (math.nan, math.nan)
-    return f"{candidate.acceptance_ratio:.4f} ({low:.4f}..{high:.4f})"
+    return ratio_interval(candidate.acceptance_ratio, low, high)
 
 
 def table_rows(record: AutoChoiceRecord) -> list[tuple[str, ...]]:
     """candidate, step bytes, of BF16, acceptance ratio (95% interval), coverage, gate, engines, chosen: strings."""
     return [(c.name, f"{c.step_bytes:,}", f"{c.step_bytes_over_bf16:.3f}", format_ratio(c),
-             f"{c.coverage:.2%}" if c.coverage is not None else "-", "kept" if c.keeps_gate else "missed",
+             number(c.coverage, ".2%"), "kept" if c.keeps_gate else "missed",
              ", ".join(c.engines) if c.engines is not None else "-", "chosen" if c.chosen else "")
             for c in record.candidates]
 

@@ -14,6 +14,7 @@ from eagle3_quant.reading.config import DraftConfig, load_config_file, parse_con
 from eagle3_quant.reading.formats import detect_format
 from eagle3_quant.reading.layout import EMBEDDING_NAMES, build_layout, fused_groups
 from eagle3_quant.reading.safetensors_header import TensorInfo
+from eagle3_quant.reading.scale_names import WRITTEN_SCALE_SUFFIXES
 from eagle3_quant.reading.source import resolve_source
 from eagle3_quant.runtime.embedding import read_target_embedding, read_target_lm_head
 from eagle3_quant.runtime.fp8_linear import FP8_MODES, Fp8Linear, harmonize_fused, to_fnuz
@@ -50,7 +51,7 @@ def _fp8_modules(tensors: dict[str, TensorInfo], where: Path) -> dict[str, bool]
                                    f"{list(scale.shape)}", path=where, tensor=module + ".weight_scale")
         modules[module] = has_input_scale(tensors, module, where)
     mx = mx_modules(tensors, where)
-    orphans = [n for n in tensors if n.endswith((".weight_scale", ".input_scale"))
+    orphans = [n for n in tensors if n.endswith(tuple(f".{s}" for s in WRITTEN_SCALE_SUFFIXES))
                and n.rsplit(".", 1)[0] not in modules and n.rsplit(".", 1)[0] not in mx]
     if orphans:
         raise DraftFormatError("scale without an FP8 weight", path=where, tensor=orphans[0])
@@ -64,7 +65,7 @@ def _float_view(tensors: dict[str, TensorInfo], fp8: dict[str, bool], mx: dict[s
     mx = mx or {}
     for name, info in tensors.items():
         module, _, suffix = name.rpartition(".")
-        if (module in fp8 or module in mx) and suffix in ("weight_scale", "input_scale"):
+        if (module in fp8 or module in mx) and suffix in WRITTEN_SCALE_SUFFIXES:
             continue
         if module in mx and suffix == "weight":     # packed MX: the float width is 32 per E8M0 scale
             info = dataclasses.replace(info, dtype="BF16", shape=mx_unpacked_shape(tensors, module))

@@ -24,6 +24,7 @@ from eagle3_quant.taps.candidates import TapCandidate, tap_candidates, trained_t
 from eagle3_quant.taps.conventions import AUX_KEY, resolve_taps
 from eagle3_quant.taps.engine_rules import engine_feeds
 from eagle3_quant.taps.written_ids import served_config
+from eagle3_quant.util.formatting import interval
 
 TAPS_K = 3          # draft steps per chain, as `validate` measures by default
 
@@ -55,7 +56,7 @@ def _best(measured: list, trained) -> tuple[TapCandidate | None, str]:
         return best, (f"measured: hidden_states{list(best.indices)} ({best.name}) drafts better than the config's "
                       f"convention, hidden_states{list(trained.indices)}: acceptance length "
                       f"{lengths[best.indices]:.3f} vs {lengths[trained.indices]:.3f} "
-                      f"(ratio {ratio.ratio:.4f}, 95% CI {ratio.low:.4f}..{ratio.high:.4f})")
+                      f"(ratio {ratio.ratio:.4f}, 95% CI {interval(ratio.low, ratio.high)})")
     return None, ""
 
 

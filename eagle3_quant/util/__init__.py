@@ -1,1 +1,2 @@
-"""Filesystem and process helpers: hashing, atomic output folders, resource checks, interrupts, timers."""
+"""Filesystem and process helpers: hashing, atomic output folders, resource checks, interrupts, timers; how numbers
+read in every view."""

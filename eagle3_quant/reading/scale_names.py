@@ -1,0 +1,8 @@
+"""The names of the side tensors a quantized linear carries next to its weight, as Quark writes and vLLM loads them."""
+
+from __future__ import annotations
+
+QUANT_SUFFIXES = ("weight_scale", "input_scale", "weight_zero_point", "input_zero_point", "output_scale")
+# What this project's FP8 and MX exports write per quantized linear. Reading an artifact back strips exactly these,
+# so a zero point or output scale that no scheme here writes stays visible as an unexpected tensor.
+WRITTEN_SCALE_SUFFIXES = ("weight_scale", "input_scale")
