@@ -35,9 +35,9 @@ Layout (``report_version`` 1), written by `eagle3-quant validate`::
       "layers": [{"module", "role", "shape", "sqnr_db"}],    # per quantized linear (needs the reference)
       "kernel": {"status", "device", "platform", "backend", "kernels": [...], ...},   # see kernel_check.py
       "versions": {"eagle3-quant", "torch", ...},
-      "engine_run": {...}                    # optional: `eagle3-quant bench` (eagle3_quant/bench/api.py), vLLM's own
-                                             # acceptance, ratio, lossless, prediction; kept (or taken from
-                                             # OUT/bench.json) when validate writes a report for the same files
+      "engine_run": {...}                    # optional: `eagle3-quant bench` (records/bench_run.py `EngineRun`),
+                                             # vLLM's own acceptance, ratio, lossless, prediction; kept (or taken
+                                             # from OUT/bench.json) when validate writes a report for the same files
     }
 
 A measurement that was not made is absent or null, never estimated; the check that needed it says
