@@ -12,6 +12,7 @@ from benchmarks.auto_choice import PAIR
 from benchmarks.contenders import eagle3_quant_bin
 from benchmarks.drafts import DEFAULT_CACHE
 from benchmarks.measure import run_measured
+from eagle3_quant.records.bench_run import BENCH_NAME
 from eagle3_quant.records.manifest import MANIFEST_NAME
 
 
@@ -34,7 +35,7 @@ def main(argv: list[str] | None = None) -> None:
     run = run_measured([eagle3_quant_bin(), "bench", str(artifact), "--target", str(PAIR / "target"),
                         "--reference", str(PAIR / "draft"), "--prompts", str(PAIR / "heldout_prompts.safetensors"),
                         "--num-prompts", str(args.num_prompts), "--max-tokens", str(args.max_tokens)])
-    report = json.loads((artifact / "bench.json").read_text())
+    report = json.loads((artifact / BENCH_NAME).read_text())
     acc, ratio, predicted = report["acceptance"], report["acceptance_ratio"], report["predicted"] or {}
     print(f"eagle3-quant bench, {report['engine']['distribution']} {report['engine']['version']} on "
           f"{report['engine']['device']}: {args.num_prompts} prompts x {args.max_tokens} tokens, k={report['k']}")

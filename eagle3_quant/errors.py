@@ -101,6 +101,10 @@ class ManifestError(Eagle3QuantError, ValueError):
     """An output folder's manifest (`eagle3_quant.json`) is missing, unreadable or malformed."""
 
 
+class BenchRecordError(Eagle3QuantError, ValueError):
+    """A `bench` record (`bench.json`, or a validation report's `engine_run`) is unreadable or malformed."""
+
+
 class OptionsError(Eagle3QuantError, ValueError):
     """A stage option is out of range or contradicts another one."""
 

@@ -6,7 +6,6 @@ stopped. Every stage calls the stage's public function with the options object t
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,7 +67,6 @@ def run_calibrate(spec: PipelineSpec) -> str:
     if not c.data and not c.from_dump:
         raise _Skip("skipped", "no calibrate.data nor calibrate.from_dump: the validation runs its data-free checks "
                                "only")
-    from eagle3_quant.calib.target import target_name
     from eagle3_quant.records.calibration import load_calibration
 
     if (spec.calib / INDEX_NAME).is_file():
@@ -76,7 +74,7 @@ def run_calibrate(spec: PipelineSpec) -> str:
         if c.from_dump:
             if existing.info.extra.get("imported_from") == str(Path(c.from_dump).expanduser().resolve()):
                 raise _Skip("skipped", f"present: {existing.num_samples} samples imported from {c.from_dump}")
-        elif existing.num_samples >= c.num_samples and existing.info.target == target_name(spec.target):
+        elif existing.num_samples >= c.num_samples and existing.info.target == spec.target:
             raise _Skip("skipped", f"present: {existing.num_samples} samples, {existing.num_tokens} tokens")
     if c.from_dump:
         from eagle3_quant.calib.importer import import_calibration
@@ -181,7 +179,8 @@ def run_bench(spec: PipelineSpec) -> str:
     there is no engine, no target or no prompts, or when OUT/bench.json already measured these artifact files."""
     from eagle3_quant.engines.environment import find_engine_python
     from eagle3_quant.errors import EngineNotFoundError
-    from eagle3_quant.records.evidence import BENCH_NAME, artifact_digests
+    from eagle3_quant.records.bench_run import BENCH_NAME, measured_bench
+    from eagle3_quant.records.evidence import artifact_digests
 
     if not spec.bench.enabled:
         raise _Skip("disabled", "bench.enabled is false")
@@ -194,20 +193,16 @@ def run_bench(spec: PipelineSpec) -> str:
     options = bench_options(spec, reference=None if _is_hub_id(spec.source) else spec.source)
     if options.prompts is None:
         raise _Skip("skipped", "no prompts: set bench.prompts, or calibrate.data for the workdir's calibration set")
-    try:
-        done = json.loads((spec.out / BENCH_NAME).read_text())
-    except (OSError, ValueError):
-        done = None
-    if isinstance(done, dict) and done.get("artifact_files") == artifact_digests(spec.out):
+    if measured_bench(spec.out, artifact_digests(spec.out)) is not None:
         raise _Skip("skipped", f"present: {BENCH_NAME} measured these artifact files")
     from eagle3_quant.bench.api import bench_draft
 
     result = bench_draft(spec.out, options)
-    ratio, predicted = result.ratio, result.predicted or {}
+    ratio, predicted = result.ratio, result.predicted
     text = (f"{result.engine.describe()}: acceptance ratio {ratio_interval(ratio.ratio, ratio.low, ratio.high)}, "
             f"lossless {'yes' if result.lossless else 'NO'}")
-    if predicted.get("acceptance_ratio") is not None:
-        text += f", predicted {predicted['acceptance_ratio']:.4f}"
+    if predicted is not None and predicted.acceptance_ratio is not None:
+        text += f", predicted {predicted.acceptance_ratio:.4f}"
     return text
 
 

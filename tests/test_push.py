@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from bench_records import bench_json
 from eagle3_quant.export import push as push_module
 from eagle3_quant.export.push import push_draft
 from hub_server import Fault
@@ -279,7 +280,7 @@ def test_an_engine_measurement_alone_is_proof_and_a_measured_card_has_no_notice(
     from eagle3_quant.records.evidence import artifact_digests
 
     out = make_out(unmeasured_report())
-    bench = {"acceptance": {"artifact": {"acceptance_length": 2.1}}, "artifact_files": artifact_digests(out)}
+    bench = bench_json(artifact_digests(out))
     (out / "bench.json").write_text(json.dumps(bench))
     push_draft(out, REPO)
     assert "Acceptance not measured" not in ModelCard.load(REPO).text

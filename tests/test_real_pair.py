@@ -108,4 +108,4 @@ def test_vllm_serves_the_real_draft_lossless_within_the_gate(real_fp8, tmp_path)
     assert report["lossless"]["lossless"] is True
     low, high = report["acceptance_ratio"]["interval"]
     assert high >= GATE, report["acceptance_ratio"]
-    assert result.acceptance["reference"].acceptance_length > 1.5
+    assert result.acceptance.reference.acceptance_length > 1.5

@@ -11,6 +11,7 @@ from eagle3_quant.validate.report import DEFAULT_K, Gates
 
 from eagle3_quant.errors import OptionsError
 from eagle3_quant.options import DEVICE_HELP, check_device, check_positive, option
+from eagle3_quant.records.validation_report import REPORT_NAME
 
 
 @dataclass(frozen=True)
@@ -18,7 +19,7 @@ class ValidateOptions:
     reference: Path | None = option(None, "BF16 source draft (default: the manifest's source folder, if it still "
                                           "exists).", pipeline=False)
     calib: Path | None = option(None, "Calibration set for the data checks (eagle3-quant calibrate).", pipeline=False)
-    report: Path | None = option(None, "Write the JSON report here (default OUT/validation.json).", pipeline=False)
+    report: Path | None = option(None, f"Write the JSON report here (default OUT/{REPORT_NAME}).", pipeline=False)
     target: str | None = option(None, "Target folder or Hub id for the token embedding, and the target's folder "
                                       "for its lm_head when the draft shares it (default: the calibration "
                                       "set's target).", pipeline=False)

@@ -16,8 +16,9 @@ from eagle3_quant.errors import OptionsError
 from eagle3_quant.records.manifest import library_versions
 from eagle3_quant.records.validation_report import REPORT_NAME, REPORT_VERSION, write_report
 from eagle3_quant.scheme_gates import GATE_NAMES, gates_for_scheme
+from eagle3_quant.util.json_values import json_safe
 
-__all__ = ["REPORT_NAME", "REPORT_VERSION"]
+__all__ = ["REPORT_NAME", "REPORT_VERSION", "json_safe"]
 from eagle3_quant.records.public_names import public_name
 
 DEFAULT_K = 3                 # draft tokens per speculative step (vLLM num_speculative_tokens)
@@ -148,16 +149,3 @@ class ValidationReport:
 
     def write(self, path: Path) -> Path:
         return write_report(path, self.to_dict())
-
-
-def json_safe(value: Any) -> Any:
-    """JSON-safe: NaN/Inf become null (a measurement that does not exist), tuples become lists."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: json_safe(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [json_safe(v) for v in value]
-    if isinstance(value, Path):
-        return str(value)
-    return value

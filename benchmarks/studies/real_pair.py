@@ -19,6 +19,7 @@ import torch
 
 from benchmarks.contenders import eagle3_quant_bin
 from benchmarks.drafts import DEFAULT_CACHE
+from eagle3_quant.records.bench_run import BENCH_NAME
 from eagle3_quant.records.manifest import MANIFEST_NAME
 from fixtures.real_pair.draft_files import DRAFT_DIR
 from fixtures.real_pair.prompts import HELDOUT_FILE, TRAIN_FILE
@@ -82,7 +83,7 @@ def benched(out: Path, target: Path, prompts: int, tokens: int) -> dict:
         return {"not_run": done.stderr.strip().splitlines()[-1].removeprefix("error: ")}
     if done.returncode != 0:
         raise subprocess.CalledProcessError(done.returncode, done.args, stderr=done.stderr)
-    return json.loads((out / "bench.json").read_text())
+    return json.loads((out / BENCH_NAME).read_text())
 
 
 @torch.no_grad()

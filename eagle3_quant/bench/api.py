@@ -14,10 +14,8 @@ when that report is about the same files.
 
 from __future__ import annotations
 
-import json
-import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -25,8 +23,6 @@ from typing import Any
 from eagle3_quant.bench.options import BenchOptions
 from eagle3_quant.bench.prompts import load_prompts
 from eagle3_quant.bench.stats import (
-    EngineAcceptance,
-    EngineRatio,
     engine_acceptance,
     lossless,
     paired_ratio,
@@ -49,16 +45,30 @@ from eagle3_quant.engines.runner import ChildCommand, ChildRun, run_child
 from eagle3_quant.errors import DraftFormatError, EngineError, OptionsError
 from eagle3_quant.options import build_options
 from eagle3_quant.reading.artifact import read_artifact, read_reference, written_taps
-from eagle3_quant.records.evidence import BENCH_NAME, artifact_digests
+from eagle3_quant.records.bench_run import (
+    BENCH_VERSION,
+    BenchRun,
+    ConcurrencySweep,
+    DraftPair,
+    EngineAcceptance,
+    EngineRatio,
+    EngineRecord,
+    Lossless,
+    Prediction,
+    PromptsRecord,
+    SequencesMatch,
+    SubstitutedOp,
+    SweepPoint,
+    SweepRate,
+)
+from eagle3_quant.records.evidence import artifact_digests
 from eagle3_quant.records.public_names import public_name
-from eagle3_quant.records.validation_report import engine_run_of, record_engine_run
+from eagle3_quant.records.validation_report import record_engine_run
 from eagle3_quant.schemes import SCHEMES
 from eagle3_quant.util.outdir import scratch_for
 from eagle3_quant.util.progress import SILENT, Progress
 from eagle3_quant.validate.gate_choice import artifact_scheme
-from eagle3_quant.validate.report import json_safe
 
-BENCH_VERSION = 1
 DRAFTS = ("none", "reference", "artifact")
 SWEEP_SKIPPED = ("{engine}: throughput and TPOT on a CPU say nothing about serving on a GPU; not run. Run bench "
                  "--concurrency on a GPU machine, with --engine-python pointing at its vLLM")
@@ -66,16 +76,37 @@ SWEEP_SKIPPED = ("{engine}: throughput and TPOT on a CPU say nothing about servi
 
 @dataclass(frozen=True)
 class BenchResult:
-    """What `bench_draft` measured; `report` is bench.json's content."""
+    """What `bench_draft` measured: the bench record as written, where, and whether OUT's report holds it."""
 
-    path: Path                                    # OUT/bench.json
+    path: Path                                    # OUT's bench record
     engine: EngineInfo
-    acceptance: dict[str, EngineAcceptance]       # "reference", "artifact": vLLM's own counters
-    ratio: EngineRatio                            # artifact / reference, paired bootstrap over prompts
-    lossless: bool                                # every greedy output with either draft equals the no-draft one
-    predicted: dict | None                        # validate's offline prediction on the same sequences
-    validation_note: str | None                   # None: engine_run recorded in validation.json; else why not
-    report: dict[str, Any]
+    record: BenchRun
+    validation_note: str | None                   # None: the engine run is recorded in OUT's validation report
+
+    @property
+    def acceptance(self) -> DraftPair[EngineAcceptance]:
+        """vLLM's own counters, per draft."""
+        return self.record.acceptance
+
+    @property
+    def ratio(self) -> EngineRatio:
+        """artifact / reference, paired bootstrap over prompts."""
+        return self.record.acceptance_ratio
+
+    @property
+    def lossless(self) -> bool:
+        """Every greedy output with either draft equals the no-draft one."""
+        return self.record.lossless.lossless
+
+    @property
+    def predicted(self) -> Prediction | None:
+        """validate's offline prediction on the same sequences."""
+        return self.record.predicted
+
+    @property
+    def report(self) -> dict[str, Any]:
+        """The bench record's JSON content."""
+        return self.record.to_dict()
 
 
 def engine_refusal(info: EngineInfo, scheme: str | None) -> str | None:
@@ -140,28 +171,29 @@ def _engine_result(run: ChildRun, command: ChildCommand, request: dict, target: 
     raise EngineError(f"{command.name} returned a result bench cannot use: {problem}", hint=where)
 
 
-def sweep_section(opts: BenchOptions, info: EngineInfo, runs: dict[str, dict]) -> dict[str, Any]:
+def sweep_section(opts: BenchOptions, info: EngineInfo, runs: dict[str, dict]) -> ConcurrencySweep:
     """`concurrency_sweep`: not requested; skipped on a CPU engine, with the reason; else the measured points."""
     if not opts.concurrency:
-        return {"status": "not requested"}
+        return ConcurrencySweep("not requested")
     if info.cpu:
-        return {"status": "skipped", "reason": SWEEP_SKIPPED.format(engine=info.describe())}
-    return {"status": "measured", "input_len": opts.input_len, "output_len": opts.output_len,
-            "prompts": "bench prompts laid end to end, cut to input_len", "points": _sweep_table(runs)}
+        return ConcurrencySweep("skipped", reason=SWEEP_SKIPPED.format(engine=info.describe()))
+    return ConcurrencySweep("measured", input_len=opts.input_len, output_len=opts.output_len,
+                            prompts="bench prompts laid end to end, cut to input_len", points=_sweep_table(runs))
 
 
-def _sweep_table(runs: dict[str, dict]) -> list[dict]:
+def _sweep_table(runs: dict[str, dict]) -> tuple[SweepPoint, ...]:
     rows = []
     for index, point in enumerate(runs["none"]["sweep"]):
-        row = {"concurrency": point["concurrency"]}
-        for name in DRAFTS:
-            measured = runs[name]["sweep"][index]
-            row[name] = {"output_tokens_per_s": measured["output_tokens_per_s"], "tpot_ms": measured["tpot_ms"]}
-        for name in ("reference", "artifact"):
-            base, mine = point["output_tokens_per_s"], row[name]["output_tokens_per_s"]
-            row[name]["speedup"] = mine / base if base and mine else None
-        rows.append(row)
-    return rows
+        base = point["output_tokens_per_s"]
+        reference, artifact = (_rate(runs[name]["sweep"][index], base) for name in ("reference", "artifact"))
+        rows.append(SweepPoint(point["concurrency"], _rate(point, None), DraftPair(reference, artifact)))
+    return tuple(rows)
+
+
+def _rate(measured: dict, base: float | None) -> SweepRate:
+    """One run's point; `base` (the no-draft run's tokens/s) gives its speedup."""
+    mine = measured["output_tokens_per_s"]
+    return SweepRate(mine, measured["tpot_ms"], mine / base if base and mine else None)
 
 
 def bench_draft(out: str | Path, options: BenchOptions | None = None, *, progress: Progress = SILENT,
@@ -206,10 +238,10 @@ def bench_draft(out: str | Path, options: BenchOptions | None = None, *, progres
     drafted = [name for name in drafts if name != "none"]
     counts = {name: prompt_counts(runs[name]["per_request"], k) for name in drafted}
     measured = {name: engine_acceptance(runs[name]["counters"], counts[name], k) for name in drafted}
-    acceptance = {name: measured[name] for name in ("reference", "artifact")}
+    acceptance = DraftPair(measured["reference"], measured["artifact"])
     ratio = paired_ratio(counts["reference"], counts["artifact"], opts.seed)
     same_all = {name: lossless(runs[name]["outputs"], runs["none"]["outputs"]) for name in drafted}
-    same = {name: same_all[name] for name in ("reference", "artifact")}
+    same = DraftPair(same_all["reference"], same_all["artifact"])
     taps = taps_section(written, measured[AS_SHIPPED], measured["reference"],
                         paired_ratio(counts[AS_SHIPPED], counts["reference"], opts.seed),
                         same_all[AS_SHIPPED]) if written else None
@@ -218,65 +250,44 @@ def bench_draft(out: str | Path, options: BenchOptions | None = None, *, progres
         progress.say("offline prediction (validate) on the same prompts and the engine's continuations")
         predicted = _prediction(out, reference.path, target, art.config, prompts, runs["none"]["outputs"], opts,
                                 ratio)
-    report = _report(opts, info, target, reference.path, prompt_source, prompts, runs, acceptance, ratio, same,
-                     predicted, files, time.perf_counter() - started)
-    if taps:
-        report["serve_taps"] = taps
-    path = _write_json(out / BENCH_NAME, report)
-    note = record_engine_run(out, json_safe(engine_run_of(report)), files)
-    return BenchResult(path, info, acceptance, ratio, all(s["lossless"] for s in same.values()), predicted, note,
-                       report)
+    record = _record(opts, info, target, reference.path, prompt_source, prompts, runs, acceptance, ratio, same,
+                     predicted, files, time.perf_counter() - started, taps)
+    path = record.write(out)
+    note = record_engine_run(out, record.engine_run(), files)
+    return BenchResult(path, info, record, note)
 
 
 def _prediction(out: Path, reference: Path, target: TargetSpec, config, prompts, continuations, opts: BenchOptions,
-                ratio: EngineRatio) -> dict:
+                ratio: EngineRatio) -> Prediction:
     from eagle3_quant.bench.predict import predict
 
     with scratch_for(out, "bench") as scratch:
         predicted = predict(out, reference, target, config, prompts, continuations, opts.k, opts.device, scratch)
-    if predicted["acceptance_ratio"] is not None:
-        low, high = predicted["interval"]
-        predicted["engine_minus_predicted"] = ratio.ratio - predicted["acceptance_ratio"]
-        predicted["intervals_overlap"] = ratio.low <= high and low <= ratio.high
-    return predicted
+    if predicted.acceptance_ratio is None:
+        return predicted
+    low, high = predicted.interval
+    return replace(predicted, engine_minus_predicted=ratio.ratio - predicted.acceptance_ratio,
+                   intervals_overlap=ratio.low <= high and low <= ratio.high)
 
 
-def _report(opts: BenchOptions, info: EngineInfo, target: TargetSpec, reference: Path, prompt_source: str,
-            prompts: list[list[int]], runs: dict[str, dict], acceptance: dict[str, EngineAcceptance],
-            ratio: EngineRatio, same: dict[str, dict], predicted: dict | None, files: dict[str, str],
-            seconds: float) -> dict:
+def _record(opts: BenchOptions, info: EngineInfo, target: TargetSpec, reference: Path, prompt_source: str,
+            prompts: list[list[int]], runs: dict[str, dict], acceptance: DraftPair[EngineAcceptance],
+            ratio: EngineRatio, same: DraftPair[SequencesMatch], predicted: Prediction | None,
+            files: dict[str, str], seconds: float, taps) -> BenchRun:
     substituted = {op: row for name in DRAFTS for op, row in runs[name].get("substituted_ops", {}).items()
                    if row["calls"]}
     calls = {op: sum(runs[name].get("substituted_ops", {}).get(op, {}).get("calls", 0) for name in DRAFTS)
              for op in substituted}
-    sweep = sweep_section(opts, info, runs)
-    return {
-        "bench_version": BENCH_VERSION,
-        "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "artifact_files": files,
-        "engine": {**info.to_dict(), "dtype": opts.dtype, "device_kind": "cpu" if info.cpu else "gpu"},
-        "target": public_name(target.name), "reference": public_name(str(reference)),
-        "prompts": {"source": prompt_source, "count": len(prompts), "max_tokens": opts.max_tokens,
-                    "tokens": sum(len(p) for p in prompts)},
-        "k": opts.k, "sampling": "greedy (temperature 0, ignore_eos)",
-        "acceptance": {name: a.to_dict() for name, a in acceptance.items()},
-        "acceptance_ratio": ratio.to_dict(),
-        "lossless": {"lossless": all(s["lossless"] for s in same.values()), **same},
-        "predicted": predicted,
-        "speed": speed_section({name: runs[name] for name in DRAFTS}, info.cpu),
-        "substituted_ops": {op: {"why": row["why"], "calls": calls[op],
-                                 "with": "torch code doing the CUDA kernel's math (engines/vllm/serve_child.py)"}
-                            for op, row in substituted.items()},
-        "concurrency_sweep": sweep,
-        "wall_s": seconds,
-    }
+    return BenchRun(
+        bench_version=BENCH_VERSION, created_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        artifact_files=files,
+        engine=EngineRecord(**info.to_dict(), dtype=opts.dtype, device_kind="cpu" if info.cpu else "gpu"),
+        target=public_name(target.name), reference=public_name(str(reference)),
+        prompts=PromptsRecord(prompt_source, len(prompts), opts.max_tokens, sum(len(p) for p in prompts)),
+        k=opts.k, sampling="greedy (temperature 0, ignore_eos)", acceptance=acceptance, acceptance_ratio=ratio,
+        lossless=Lossless(all(s.lossless for _, s in same.items()), same), predicted=predicted,
+        speed=speed_section({name: runs[name] for name in DRAFTS}, info.cpu),
+        substituted_ops={op: SubstitutedOp(row["why"], calls[op], "torch code doing the CUDA kernel's math "
+                                           "(engines/vllm/serve_child.py)") for op, row in substituted.items()},
+        concurrency_sweep=sweep_section(opts, info, runs), wall_s=seconds, serve_taps=taps)
 
-
-def _write_json(path: Path, data: dict) -> Path:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        tmp.write_text(json.dumps(json_safe(data), indent=2, allow_nan=False) + "\n")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path

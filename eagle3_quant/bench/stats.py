@@ -14,8 +14,11 @@ from dataclasses import dataclass
 
 import torch
 
+from eagle3_quant.records.bench_run import EngineAcceptance, EngineRatio, SequencesMatch, Speed
+
 BOOTSTRAP_RESAMPLES = 2000
 CONFIDENCE = 0.95
+METHOD = f"paired bootstrap over prompts ({BOOTSTRAP_RESAMPLES} resamples)"
 
 
 @dataclass(frozen=True)
@@ -38,23 +41,6 @@ def prompt_counts(per_request: list[dict | None], k: int) -> list[PromptCounts]:
     return counts
 
 
-@dataclass(frozen=True)
-class EngineAcceptance:
-    """vLLM's own acceptance of one draft over every prompt of a run."""
-
-    drafts: int                      # verify steps (vLLM's num_drafts)
-    draft_tokens: int                # tokens proposed
-    accepted: int
-    acceptance_length: float         # 1 + accepted / drafts
-    per_position: tuple[float, ...]  # accepted at position i / drafts
-    counters_agree: bool             # the per-request histograms sum to the engine-wide counters
-
-    def to_dict(self) -> dict:
-        return {"acceptance_length": self.acceptance_length, "per_position": list(self.per_position),
-                "drafts": self.drafts, "draft_tokens": self.draft_tokens, "accepted_tokens": self.accepted,
-                "per_request_counts_match_counters": self.counters_agree}
-
-
 def engine_acceptance(counters: dict, prompts: list[PromptCounts], k: int) -> EngineAcceptance:
     drafts, accepted = int(counters["drafts"]), int(counters["accepted"])
     per_pos = list(counters.get("accepted_per_position") or [])[:k]
@@ -63,19 +49,6 @@ def engine_acceptance(counters: dict, prompts: list[PromptCounts], k: int) -> En
     length = 1.0 + accepted / drafts if drafts else float("nan")
     rates = tuple(n / drafts if drafts else float("nan") for n in per_pos)
     return EngineAcceptance(drafts, int(counters["draft_tokens"]), accepted, length, rates, agree)
-
-
-@dataclass(frozen=True)
-class EngineRatio:
-    ratio: float
-    low: float
-    high: float
-    confidence: float = CONFIDENCE
-    resamples: int = BOOTSTRAP_RESAMPLES
-
-    def to_dict(self) -> dict:
-        return {"ratio": self.ratio, "interval": [self.low, self.high], "confidence": self.confidence,
-                "method": f"paired bootstrap over prompts ({self.resamples} resamples)"}
 
 
 def _lengths(prompts: list[PromptCounts], picks: torch.Tensor) -> torch.Tensor:
@@ -94,15 +67,14 @@ def paired_ratio(reference: list[PromptCounts], candidate: list[PromptCounts], s
     boot = _lengths(candidate, picks) / _lengths(reference, picks)
     tail = (1 - CONFIDENCE) / 2
     low, high = torch.quantile(boot, torch.tensor([tail, 1 - tail], dtype=torch.float64)).tolist()
-    return EngineRatio(ratio, low, high)
+    return EngineRatio(ratio, low, high, CONFIDENCE, METHOD)
 
 
-def lossless(outputs: list[list[int]], baseline: list[list[int]]) -> dict:
+def lossless(outputs: list[list[int]], baseline: list[list[int]]) -> SequencesMatch:
     """Greedy output with a draft against the output without one, token for token, per sequence."""
     equal = [a == b for a, b in zip(outputs, baseline, strict=True)]
     first = next((i for i, same in enumerate(equal) if not same), None)
-    return {"lossless": all(equal), "equal_sequences": sum(equal), "sequences": len(equal),
-            "first_differing_prompt": first}
+    return SequencesMatch(all(equal), sum(equal), len(equal), first)
 
 
 def throughput(run: dict) -> float | None:
@@ -115,17 +87,14 @@ CPU_SPEED_NOTE = ("not measured on CPU: one unwarmed pass per draft, FP8 emulate
                   "say nothing about serving speed (run bench on a GPU)")
 
 
-def speed_section(runs: dict[str, dict], cpu: bool) -> dict:
+def speed_section(runs: dict[str, dict], cpu: bool) -> Speed:
     """bench.json's `speed`. On a CPU engine no tokens/s and no speedup are reported: each draft ran one unwarmed
     pass, so the numbers contradict one another (a draft accepting as often as its reference 'faster' than it by
     x7) and mean nothing for serving. On a GPU: generated tokens per second of each run, and over no draft."""
     load = {name: run["load_s"] for name, run in runs.items()}
     if cpu:
-        return {"measured": False, "tokens_per_s": None, "speedup_over_no_draft": None, "load_s": load,
-                "meaningful_for_gpu": False, "note": CPU_SPEED_NOTE}
+        return Speed(False, None, None, load, False, CPU_SPEED_NOTE)
     speed = {name: throughput(run) for name, run in runs.items()}
     base = speed.get("none")
-    return {"measured": True, "tokens_per_s": speed,
-            "speedup_over_no_draft": {n: speed[n] / base if speed[n] and base else None
-                                      for n in speed if n != "none"},
-            "load_s": load, "meaningful_for_gpu": True}
+    return Speed(True, speed, {n: speed[n] / base if speed[n] and base else None for n in speed if n != "none"},
+                 load, True)

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from eagle3_quant.taps.written_ids import apply_written
+from eagle3_quant.records.bench_run import BenchServeTaps, EngineAcceptance, EngineRatio, SequencesMatch
 
 AS_SHIPPED = "reference_as_shipped"      # the run name of the reference with its own ids
 
@@ -23,8 +24,10 @@ def served_reference(reference: Path, written: dict, folder: Path) -> Path:
     return folder
 
 
-def taps_section(written: dict, as_shipped, as_served, gain, lossless: dict) -> dict:
-    """bench.json's `serve_taps`: the BF16 draft as shipped vs with the artifact's ids, in vLLM's engine."""
-    return {"written": written, "reference_as_shipped": as_shipped.to_dict(),
-            "reference_as_served": as_served.to_dict(), "gain": gain.to_dict(), "lossless": lossless,
-            "note": "the artifact's acceptance_ratio compares it with the BF16 draft given the same ids"}
+TAPS_NOTE = "the artifact's acceptance_ratio compares it with the BF16 draft given the same ids"
+
+
+def taps_section(written: dict, as_shipped: EngineAcceptance, as_served: EngineAcceptance, gain: EngineRatio,
+                 lossless: SequencesMatch) -> BenchServeTaps:
+    """The bench record's `serve_taps`: the BF16 draft as shipped vs with the artifact's ids, in vLLM's engine."""
+    return BenchServeTaps(written, as_shipped, as_served, gain, lossless, TAPS_NOTE)

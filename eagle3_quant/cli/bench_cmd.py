@@ -10,6 +10,7 @@ from eagle3_quant.bench.options import BenchOptions as B
 from eagle3_quant.cli.app import verb
 from eagle3_quant.options import default_of as default
 from eagle3_quant.options import help_of
+from eagle3_quant.records.bench_run import BENCH_NAME
 
 
 def _levels(text: str | None) -> tuple[int, ...]:
@@ -42,7 +43,7 @@ def bench_command(
     input_len: Annotated[int, typer.Option(help=help_of(B, "input_len"))] = default(B, "input_len"),
     output_len: Annotated[int, typer.Option(help=help_of(B, "output_len"))] = default(B, "output_len"),
     seed: Annotated[int, typer.Option(help=help_of(B, "seed"))] = default(B, "seed"),
-    as_json: Annotated[bool, typer.Option("--json", help="Print bench.json on stdout instead of tables.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help=f"Print {BENCH_NAME} on stdout instead of tables.")] = False,
 ) -> None:
     """Run the target in vLLM's real engine with no draft, the BF16 draft and OUT: vLLM's own acceptance, the
     ratio, losslessness, the offline prediction beside them; OUT/bench.json."""

@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from eagle3_quant.cli.app import verb
+from eagle3_quant.records.validation_report import REPORT_NAME
 
 
 @verb("estimate")
@@ -14,7 +15,7 @@ def estimate_command(
     out: Annotated[Path, typer.Argument(help="Quantized draft folder.")],
     verify_ms: Annotated[float, typer.Option("--verify-ms", help="Time of one target forward (verification), ms.")],
     validation: Annotated[Path | None, typer.Option(
-        help="Validation report with per-position acceptance (default: OUT/validation.json).")] = None,
+        help=f"Validation report with per-position acceptance (default: OUT/{REPORT_NAME}).")] = None,
     draft_ms: Annotated[float | None, typer.Option(
         "--draft-ms", help="Draft-side time of one cycle, ms (default: measured kernel timings, else the "
         "bandwidth floor).")] = None,

@@ -35,9 +35,9 @@ Layout (``report_version`` 1), written by `eagle3-quant validate`::
       "layers": [{"module", "role", "shape", "sqnr_db"}],    # per quantized linear (needs the reference)
       "kernel": {"status", "device", "platform", "backend", "kernels": [...], ...},   # see kernel_check.py
       "versions": {"eagle3-quant", "torch", ...},
-      "engine_run": {...}                    # optional: `eagle3-quant bench` (eagle3_quant/bench/api.py), vLLM's own
-                                             # acceptance, ratio, lossless, prediction; kept (or taken from
-                                             # OUT/bench.json) when validate writes a report for the same files
+      "engine_run": {...}                    # optional: `eagle3-quant bench` (records/bench_run.py `EngineRun`),
+                                             # vLLM's own acceptance, ratio, lossless, prediction; kept (or taken
+                                             # from OUT/bench.json) when validate writes a report for the same files
     }
 
 A measurement that was not made is absent or null, never estimated; the check that needed it says
@@ -54,7 +54,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from eagle3_quant.records.evidence import BENCH_NAME, evidence_problem
+from eagle3_quant.errors import BenchRecordError
+from eagle3_quant.records.bench_run import EngineRun, measured_bench
 
 REPORT_NAME = "validation.json"
 REPORT_VERSION = 1
@@ -108,7 +109,7 @@ class ValidationSummary:
     taps_measured: tuple[TapsMeasured, ...] = ()   # acceptance under each candidate set of layers
     taps_best: str | None = None            # the candidate the FP8 artifact drafts best with
     gates: str = ""                         # the gates applied and where each came from, in words
-    engine_run: dict[str, Any] = field(default_factory=dict)   # `bench`: vLLM's own measurement, as recorded
+    engine_run: EngineRun | None = None     # `bench`: vLLM's own measurement, as recorded
     prediction: str = ""                    # the numerics the acceptance was predicted with, in words
 
     @property
@@ -141,27 +142,38 @@ def _checks(raw: Any) -> tuple[CheckLine, ...]:
                  for c in raw if isinstance(c, dict))
 
 
-ENGINE_RUN_KEYS = ("engine", "prompts", "k", "acceptance", "acceptance_ratio", "lossless", "predicted", "speed",
-                   "substituted_ops", "concurrency_sweep", "serve_taps", "created_at")
-
-
-def engine_run_of(bench: dict[str, Any]) -> dict[str, Any]:
-    """What the report keeps of a bench.json (the rest stays there)."""
-    run = {key: bench.get(key) for key in ENGINE_RUN_KEYS}
-    if isinstance(run["predicted"], dict):
-        run["predicted"] = {k: v for k, v in run["predicted"].items() if k != "how"}
-    return run
-
-
-def _engine_run_for(path: Path, files: Any) -> dict[str, Any] | None:
-    """An engine run already measured for these artifact files: the previous report's, else OUT's bench.json."""
-    previous = _read_json(path)
-    if previous.get(ENGINE_RUN) and previous.get("artifact_files") == files:
-        return previous[ENGINE_RUN]
-    bench = _read_json(path.parent / BENCH_NAME)
-    if bench.get("acceptance") and bench.get("artifact_files") == files:
-        return engine_run_of(bench)
+def evidence_problem(report: Mapping[str, Any], expected: Mapping[str, str]) -> str | None:
+    """Why this report is not evidence for the artifact whose files are `expected` (None when it is)."""
+    files = report.get("artifact_files")
+    named = report.get("artifact")
+    which = f" (it names artifact {named!r})" if isinstance(named, str) else ""
+    if not isinstance(files, dict) or not files:
+        return f"the validation report does not name the files it validated{which}: validate this folder again"
+    if dict(files) != dict(expected):
+        differ = sorted(p for p in set(files) | set(expected) if files.get(p) != expected.get(p))
+        return (f"the validation report belongs to another artifact{which}: its sha256 differ for "
+                f"{', '.join(differ[:3])}; validate this folder again")
     return None
+
+
+def _engine_run(data: dict[str, Any], path: Path) -> EngineRun | None:
+    """The report's engine run, None when it has none or one that does not read (never guessed)."""
+    if data.get(ENGINE_RUN) is None:
+        return None
+    try:
+        return EngineRun.from_dict(data[ENGINE_RUN], path)
+    except BenchRecordError:
+        return None
+
+
+def _engine_run_for(path: Path, files: Any) -> EngineRun | None:
+    """An engine run already measured for these artifact files: the previous report's, else OUT's bench record."""
+    previous = _read_json(path)
+    run = _engine_run(previous, path)
+    if run is not None and previous.get("artifact_files") == files:
+        return run
+    bench = measured_bench(path.parent, files) if isinstance(files, dict) else None
+    return bench.engine_run() if bench is not None else None
 
 
 def prediction_text(prediction: Any, compute_dtype: Any = None) -> str:
@@ -180,7 +192,7 @@ def write_report(path: Path, data: dict[str, Any]) -> Path:
     `validate` after `bench` does not drop it."""
     if ENGINE_RUN not in data and data.get("artifact_files"):
         run = _engine_run_for(path, data["artifact_files"])
-        data = {**data, ENGINE_RUN: run} if run else data
+        data = {**data, ENGINE_RUN: run.to_dict()} if run else data
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(data, indent=2, allow_nan=False) + "\n")
     tmp.replace(path)
@@ -195,17 +207,17 @@ def _read_json(path: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def record_engine_run(out: str | Path, engine_run: dict[str, Any], artifact: Mapping[str, str]) -> str | None:
+def record_engine_run(out: str | Path, engine_run: EngineRun, artifact: Mapping[str, str]) -> str | None:
     """Put `bench`'s engine run into OUT's validation report; None when done, else why not (no report, or a
     report about other files than `artifact`, path -> sha256): the run is then only in bench.json."""
     path = Path(out) / REPORT_NAME
     data = _read_json(path)
     if not data:
-        return "OUT has no readable validation.json (run validate first)"
+        return f"OUT has no readable {REPORT_NAME} (run validate first)"
     problem = evidence_problem(data, artifact)
     if problem:
         return problem
-    write_report(path, {**data, ENGINE_RUN: engine_run})
+    write_report(path, {**data, ENGINE_RUN: engine_run.to_dict()})
     return None
 
 
@@ -237,7 +249,7 @@ def read_validation(out: str | Path, artifact: Mapping[str, str] | None = None) 
     metrics = data.get("metrics") if isinstance(data.get("metrics"), dict) else {}
     taps = metrics.get("taps") if isinstance(metrics.get("taps"), dict) else {}
     notes = tuple(str(n) for n in taps.get("notes") or () if isinstance(n, str))
-    engine_run = data.get(ENGINE_RUN) if isinstance(data.get(ENGINE_RUN), dict) else {}
+    engine_run = _engine_run(data, path)
     common = dict(checks=checks, metrics=_finite_numbers(metrics), kernel=kernel, target=target, taps_notes=notes,
                   taps_measured=_taps_measured(taps),
                   taps_best=taps.get("best") if isinstance(taps.get("best"), str) else None,
@@ -263,10 +275,7 @@ def acceptance_measurements(out: str | Path, validation: ValidationSummary,
     readable = validation.state in ("passed", "failed")
     if readable and None not in (validation.metric("acceptance_length_fp8"), validation.metric("acceptance_ratio")):
         found.append(MEASURED_OFFLINE)
-    engine_run = validation.engine_run if readable else {}
-    if not engine_run.get("acceptance") and artifact is not None:
-        bench = _read_json(Path(out) / BENCH_NAME)
-        engine_run = bench if evidence_problem(bench, artifact) is None else {}
-    if engine_run.get("acceptance"):
+    if (readable and validation.engine_run is not None) or \
+            (artifact is not None and measured_bench(out, artifact) is not None):
         found.append(MEASURED_BY_ENGINE)
     return tuple(found)
