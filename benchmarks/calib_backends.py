@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import tempfile
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -39,12 +40,53 @@ def compare(a: Path, b: Path) -> dict:
     from eagle3_quant.records.calibration import load_calibration
 
     worst = scale = 0.0
-    same_tokens = True
+    differing = next_differing = positions = 0
     for x, y in zip(load_calibration(a).samples(), load_calibration(b).samples(), strict=True):
-        same_tokens &= torch.equal(x.input_ids, y.input_ids) and torch.equal(x.target_next_ids, y.target_next_ids)
-        worst = max(worst, float((x.aux_hidden_states.float() - y.aux_hidden_states.float()).abs().max()))
+        same = x.input_ids.shape == y.input_ids.shape and torch.equal(x.input_ids, y.input_ids) and \
+            torch.equal(x.target_next_ids, y.target_next_ids)
+        differing += not same
+        # states compared up to where the two greedy continuations part (bf16 can flip a near-tie)
+        n = min(len(x.input_ids), len(y.input_ids))
+        shared = int((x.input_ids[:n] == y.input_ids[:n]).long().cumprod(0).sum())
+        worst = max(worst, float((x.aux_hidden_states[:shared].float() - y.aux_hidden_states[:shared].float())
+                                 .abs().max()) if shared else 0.0)
+        next_differing += int((x.target_next_ids[:shared] != y.target_next_ids[:shared]).sum())
+        positions += shared
         scale = max(scale, float(x.aux_hidden_states.float().abs().max()))
-    return {"tokens_equal": same_tokens, "max_abs_state_diff": float(f"{worst:.3g}"), "max_abs_state": round(scale, 3)}
+    return {"tokens_equal": differing == 0, "samples_differing": differing,
+            "next_token_positions_differing": f"{next_differing}/{positions}",
+            "max_abs_state_diff": float(f"{worst:.3g}"), "max_abs_state": round(scale, 3)}
+
+
+def import_of_vllms_export(root: Path, target: Path, draft: Path, dtype: str, generate_tokens: int) -> dict:
+    """`calibrate --from-dump` of vLLM's own export (its extract_hidden_states files, the draft's layers and the
+    final one) of the same prompts: the export's seconds, the import's tokens/s, and how far the imported set is
+    from the vllm backend's."""
+    from eagle3_quant.calib import vllm_capture
+    from eagle3_quant.calib.importer import import_calibration
+    from eagle3_quant.calib.options import CalibrationOptions
+    from eagle3_quant.calib.target import read_target
+    from eagle3_quant.records.calibration import load_calibration
+    from eagle3_quant.util.progress import SILENT
+
+    captured = load_calibration(root / "vllm")
+    spec = read_target(target)
+    layer_ids = (*captured.info.aux_layer_ids, spec.num_layers)
+    prompts = {i: tuple(int(t) for t in s.input_ids[:s.generated_from]) for i, s in enumerate(captured.samples())}
+    dump = root / "vllm-dump"
+    dump.mkdir()
+    started = time.perf_counter()
+    vllm_capture._run_engine(vllm_capture.find_vllm(None), spec, layer_ids, dtype,
+                             CalibrationOptions(generate_tokens=generate_tokens), prompts, dump, SILENT,
+                             lambda items, tokens=0: None)
+    export_s = time.perf_counter() - started
+    started = time.perf_counter()
+    result = import_calibration(dump, draft, root / "imported", target=str(target), format="vllm",
+                                dump_layer_ids=layer_ids)
+    import_s = time.perf_counter() - started
+    return {"dump_layer_ids": list(layer_ids), "export_seconds": round(export_s, 1), "samples": result.samples,
+            "import_seconds": round(import_s, 2), "import_tokens_per_s": round(result.tokens / import_s, 1),
+            "difference_from_vllm_backend": compare(root / "vllm", root / "imported")}
 
 
 def pair_files(pair: str, root: Path) -> tuple[Path, Path, Path]:
@@ -81,6 +123,7 @@ def measure(samples: int, seq_len: int, generate_tokens: int, dtype: str, pair: 
                                **({"engine": result.info.extra["capture_engine"]} if backend == "vllm" else {})}
         if "tokens" in report["vllm"]:
             report["difference"] = compare(root / "transformers", root / "vllm")
+            report["from_dump"] = import_of_vllms_export(root, target, draft, dtype, generate_tokens)
     report["load_average"] = [round(x, 2) for x in os.getloadavg()]
     return report
 

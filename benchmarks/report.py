@@ -125,7 +125,13 @@ def format_backends(run: dict[str, Any]) -> str:
                 f"end, load included)")
 
     diff = run.get("difference")
-    apart = (f"; tokens {'equal' if diff['tokens_equal'] else 'DIFFER'}, max |state diff| "
+    differ = f"differ in {(diff or {}).get('samples_differing', 'some')} samples (states compared up to where)"
+    apart = (f"; tokens {'equal' if diff['tokens_equal'] else differ}, max |state diff| "
              f"{diff['max_abs_state_diff']:.2g}" if diff else "")
-    return (f"calibrate backends ({run['pair']} pair, {run['samples']} prompts, <= {run['seq_len']} tokens with "
-            f"{run['generate_tokens']} generated, {run['dtype']}): {side('transformers')}, {side('vllm')}{apart}")
+    dump = run.get("from_dump")
+    imported = (f"; --from-dump of vLLM's export ({dump['export_seconds']:.0f} s): {dump['import_tokens_per_s']:.0f} "
+                f"tokens/s, max |state diff| {dump['difference_from_vllm_backend']['max_abs_state_diff']:.2g}"
+                if dump else "")
+    return (f"calibrate backends ({run.get('pair', 'tiny')} pair, {run['samples']} prompts, <= {run['seq_len']} "
+            f"tokens with {run['generate_tokens']} generated, {run['dtype']}): {side('transformers')}, "
+            f"{side('vllm')}{apart}{imported}")

