@@ -102,7 +102,6 @@ def pair_files(pair: str, root: Path) -> tuple[Path, Path, Path]:
 
 def measure(samples: int, seq_len: int, generate_tokens: int, dtype: str, pair: str = "tiny") -> dict:
     from eagle3_quant.calib.api import calibrate_target
-
     from eagle3_quant.errors import EngineError
 
     options = {"num_samples": samples, "seq_len": seq_len, "generate_tokens": generate_tokens, "dtype": dtype}

@@ -40,9 +40,10 @@ def _model(target: str):
 
 def measure(target: str, samples: int, generate: int, sizes: list[int], repeat: int, threads: int | None) -> dict:
     import torch
+    from safetensors.torch import load_file
+
     from eagle3_quant.calib.capture import TargetRunner
     from eagle3_quant.calib.threads import ThreadShare
-    from safetensors.torch import load_file
 
     held = load_file(PAIR / "heldout_prompts.safetensors")["prompts"].long()
     gen = torch.Generator().manual_seed(0)

@@ -57,8 +57,9 @@ def bare_run(model, samples, generate: bool) -> None:
     """The bare transformers work for captured samples: their prompts generated to their lengths (one left-padded
     batch), or one forward of their tokens."""
     import torch
-    from eagle3_quant.calib.capture import _left_padded
     from transformers import GenerationConfig
+
+    from eagle3_quant.calib.capture import _left_padded
 
     with torch.inference_mode():
         if generate and all(s.generated_from is not None for s in samples):
@@ -104,8 +105,9 @@ def paired_round(model, runner, writer, samples, generate_tokens: int, size: int
 def decode_vs_full_pass(target: Path, samples, taps: tuple[int, ...]) -> dict:
     """How far the states kept from the decoding passes are from one full pass over each finished sequence."""
     import torch
-    from eagle3_quant.calib.capture import TargetRunner
     from transformers import AutoModelForCausalLM
+
+    from eagle3_quant.calib.capture import TargetRunner
 
     runner = TargetRunner(AutoModelForCausalLM.from_pretrained(target, dtype=torch.float32).eval(), taps,
                           torch.float32)
@@ -129,12 +131,12 @@ def spread(values: list[float]) -> dict:
 def measure(samples: int, seq_len: int, layers: int, hidden: int, generate_tokens: int, repeat: int = 3,
             batch_size: int | None = None, threads: int | None = None) -> dict:
     import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
     from eagle3_quant.calib.api import calibrate_target
     from eagle3_quant.calib.capture import TargetRunner
     from eagle3_quant.calib.threads import ThreadShare
     from eagle3_quant.calib.transformers_capture import batch_size as default_batch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     from eagle3_quant.records.calibration import CalibrationWriter, load_calibration
 
     with tempfile.TemporaryDirectory() as tmp:

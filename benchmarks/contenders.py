@@ -29,9 +29,8 @@ def eagle3_quant_bin() -> str:
 
 def quark_exclude_list(src: Path) -> list[str]:
     """The exact exclude list eagle3-quant hands Quark (fc, lm_head, embeddings, ...), so both run one config."""
-    from eagle3_quant.quantize.quark_file import quark_exclude_modules
-
     from eagle3_quant.plan import make_plan
+    from eagle3_quant.quantize.quark_file import quark_exclude_modules
     from eagle3_quant.reading.draft import read_draft
     from eagle3_quant.schemes import DEFAULT_SCHEME, get_scheme
 

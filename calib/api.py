@@ -15,7 +15,6 @@ from eagle3_quant.calib.staging import ResumableOutput, check_inputs_apart, fini
 from eagle3_quant.calib.target import check_target, load_tokenizer, read_target
 from eagle3_quant.calib.transformers_capture import capture_with_transformers
 from eagle3_quant.calib.vllm_capture import capture_with_vllm, export_dir, find_vllm, with_engine
-
 from eagle3_quant.options import build_options
 from eagle3_quant.reading.draft import read_draft
 from eagle3_quant.records.calibration import CalibrationInfo, load_calibration

@@ -11,8 +11,8 @@ import inspect
 from dataclasses import dataclass
 
 import torch
-from eagle3_quant.calib.target import input_device
 
+from eagle3_quant.calib.target import input_device
 from eagle3_quant.records.calibration import CalibrationSample
 
 

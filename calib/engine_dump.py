@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from eagle3_quant.calib.dump_formats import DumpFormat
 from safetensors import safe_open
 
+from eagle3_quant.calib.dump_formats import DumpFormat
 from eagle3_quant.errors import CalibrationDataError, TargetMismatchError
 
 KEYS = frozenset({"hidden_states", "token_ids"})

@@ -8,11 +8,11 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
+
 from eagle3_quant.calib.dump_formats import DumpFormat
 from eagle3_quant.calib.engine_dump import DumpLayout, dump_layout, engine_files, read_engine_record
 from eagle3_quant.calib.final_norm import TargetHead, load_target_head
 from eagle3_quant.calib.target import TargetSpec
-
 from eagle3_quant.errors import CalibrationDataError, TargetMismatchError
 from eagle3_quant.reading.config import DraftConfig
 from eagle3_quant.records.calibration import STATE_DTYPES, CalibrationInfo, CalibrationSample

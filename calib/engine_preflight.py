@@ -18,7 +18,6 @@ import tempfile
 from pathlib import Path
 
 from eagle3_quant.calib.target import TargetSpec, load_tokenizer
-
 from eagle3_quant.errors import DraftFormatError, ManifestError, ResourceError
 from eagle3_quant.reading.config import DraftConfig
 from eagle3_quant.records.manifest import MANIFEST_NAME, Manifest

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from eagle3_quant.calib.lm_head import _tensor_files, argmax_logits, load_lm_head
 from safetensors import safe_open
 
+from eagle3_quant.calib.lm_head import _tensor_files, argmax_logits, load_lm_head
 from eagle3_quant.errors import CheckpointFileError, SourceNotFoundError
 from eagle3_quant.reading.hub_errors import hub_failure
 

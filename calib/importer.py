@@ -14,6 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
+
 from eagle3_quant.calib.dump_formats import ENGINE_FORMATS, DumpFormat
 from eagle3_quant.calib.engine_dump import detect_engine_dump
 from eagle3_quant.calib.engine_import import engine_dump_source
@@ -23,7 +24,6 @@ from eagle3_quant.calib.result import CalibrationResult, set_bytes
 from eagle3_quant.calib.specforge import find_files, is_specforge_dump, read_record
 from eagle3_quant.calib.staging import check_inputs_apart
 from eagle3_quant.calib.target import check_target, read_target
-
 from eagle3_quant.errors import CalibrationDataError, TargetMismatchError
 from eagle3_quant.options import build_options
 from eagle3_quant.reading.draft import read_draft

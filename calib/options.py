@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from eagle3_quant.calib.backends import DEFAULT_BACKEND, check_backend_options
 from eagle3_quant.calib.dump_formats import DumpFormat
 from eagle3_quant.calib.target import DTYPE_NAMES
-
 from eagle3_quant.errors import CalibrationDataError
 from eagle3_quant.options import check_device, check_positive, option
 from eagle3_quant.taps.conventions import TapConvention

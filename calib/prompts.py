@@ -6,7 +6,6 @@ import hashlib
 from dataclasses import dataclass
 
 from eagle3_quant.calib.dataset import PromptColumn, load_rows, pick_column, to_messages
-
 from eagle3_quant.errors import CalibrationDataError
 
 

@@ -9,7 +9,6 @@ import time
 from eagle3_quant.calib.options import CalibrationOptions
 from eagle3_quant.calib.target import TargetSpec, load_model
 from eagle3_quant.calib.threads import ThreadShare
-
 from eagle3_quant.util.progress import Progress
 from eagle3_quant.util.resources import available_memory_bytes
 
@@ -49,6 +48,7 @@ def capture_with_transformers(spec: TargetSpec, taps: tuple[int, ...], dtype: st
                               done: int) -> tuple[int, int, float, int, int]:
     """Capture `todo` into `writer`: (samples, tokens, seconds, generated tokens, cut generations)."""
     import torch
+
     from eagle3_quant.calib.capture import TargetRunner
 
     if not todo:

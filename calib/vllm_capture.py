@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from eagle3_quant.calib.engine_dump import read_engine_record
 
+from eagle3_quant.calib.engine_dump import read_engine_record
 from eagle3_quant.engines.environment import (
     VLLM_CHILDREN,
     EngineInfo,

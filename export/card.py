@@ -13,13 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from eagle3_quant.engines.draft_support import ENGINE_NAMES
+from eagle3_quant.errors import PublishError
 from eagle3_quant.export.card_auto import auto_section
 from eagle3_quant.export.card_engine import engine_rows
 from eagle3_quant.export.card_estimate import estimate_rows, vocab_text
 from eagle3_quant.export.card_taps import taps_section
-
-from eagle3_quant.engines.draft_support import ENGINE_NAMES
-from eagle3_quant.errors import PublishError
 from eagle3_quant.reading.source_card import repo_id_from_cache_path, source_card_info
 from eagle3_quant.records.evidence import manifest_digests
 from eagle3_quant.records.manifest import LayerRecord, Manifest, SourceRecord

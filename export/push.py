@@ -7,13 +7,12 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from eagle3_quant import __version__
+from eagle3_quant.errors import HubError, NotMeasuredError, NotValidatedError, PublishError
 from eagle3_quant.export.card import CARD_NAME, DraftCard, build_card, write_card
 from eagle3_quant.export.hub_session import TRANSIENT, HubSession, hub_session, resolve_token
 from eagle3_quant.export.options import PushOptions
 from eagle3_quant.export.push_files import PushFile, files_to_send, same_as_remote
-
-from eagle3_quant import __version__
-from eagle3_quant.errors import HubError, NotMeasuredError, NotValidatedError, PublishError
 from eagle3_quant.options import build_options
 from eagle3_quant.reading.repo_ids import repo_id_problem
 from eagle3_quant.records.evidence import manifest_digests

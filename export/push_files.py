@@ -6,9 +6,8 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from eagle3_quant.export.card import CARD_NAME
-
 from eagle3_quant.errors import PublishError
+from eagle3_quant.export.card import CARD_NAME
 from eagle3_quant.records.bench_run import BENCH_NAME
 from eagle3_quant.records.manifest import MANIFEST_NAME, Manifest, output_path
 from eagle3_quant.records.validation_report import REPORT_NAME

@@ -7,6 +7,12 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from eagle3_quant.engines.choice import check_choice, choose_engines
+from eagle3_quant.engines.vllm.loader_compat import LoaderCheck, check_loader_compat, loader_family
+from eagle3_quant.errors import LoaderCompatError, SchemeError
+from eagle3_quant.inspection import estimate_output_bytes
+from eagle3_quant.options import build_options, pick_device
+from eagle3_quant.plan import QuantPlan, make_plan
 from eagle3_quant.quantize.checks import check_resources, check_vocab_map
 from eagle3_quant.quantize.export_config import rewrite_config
 from eagle3_quant.quantize.finite_scan import scan_source
@@ -16,13 +22,6 @@ from eagle3_quant.quantize.serve_taps import TapsDecision, decide_serve_taps
 from eagle3_quant.quantize.side_files import copy_side_files
 from eagle3_quant.quantize.source_guard import check_source_unchanged, identities
 from eagle3_quant.quantize.verify_export import verify_export
-
-from eagle3_quant.engines.choice import check_choice, choose_engines
-from eagle3_quant.engines.vllm.loader_compat import LoaderCheck, check_loader_compat, loader_family
-from eagle3_quant.errors import LoaderCompatError, SchemeError
-from eagle3_quant.inspection import estimate_output_bytes
-from eagle3_quant.options import build_options, pick_device
-from eagle3_quant.plan import QuantPlan, make_plan
 from eagle3_quant.reading.draft import read_draft
 from eagle3_quant.reading.pickle_source import pickle_converted, pickle_only
 from eagle3_quant.reading.source import DraftSource, resolve_source
@@ -110,11 +109,10 @@ def quantize_draft(src: str | Path, out: str | Path, options: QuantizeOptions | 
 def _quantize_auto(src: str | Path, out: str | Path, opts: QuantizeOptions, command: list[str]) -> QuantizeResult:
     """--scheme auto: every check before any work, the ladder measured in memory, then only the chosen candidate
     written through the normal path (``quantize/auto.py``)."""
+    from eagle3_quant.lm_head_support import check_quantize_lm_head
     from eagle3_quant.quantize.auto import run_auto
     from eagle3_quant.quantize.calibration import check_calibration
     from eagle3_quant.quantize.vocab_prune import target_token_counts
-
-    from eagle3_quant.lm_head_support import check_quantize_lm_head
     from eagle3_quant.records.calibration import load_calibration
 
     draft = _read_served(src, opts)
@@ -146,9 +144,8 @@ def _serve_taps(draft, opts: QuantizeOptions) -> TapsDecision:
 def _quantize_pruned(src: str | Path, out: str | Path, opts: QuantizeOptions, command: list[str],
                      auto_choice: AutoChoiceRecord | None = None, taps: TapsDecision | None = None) -> QuantizeResult:
     """--draft-vocab (and the --quantize-lm-head refusal): argument errors first, then the pruning pre-pass."""
-    from eagle3_quant.quantize.vocab_prune import vocab_pruned
-
     from eagle3_quant.lm_head_support import check_quantize_lm_head
+    from eagle3_quant.quantize.vocab_prune import vocab_pruned
 
     draft = _read_served(src, opts)
     if opts.quantize_lm_head:
@@ -215,7 +212,6 @@ def _quantize(src: str | Path, out: str | Path, opts: QuantizeOptions, command: 
         taps = taps or _serve_taps(draft, opts)
         if chosen.needs_calibration or opts.gptq:   # a set of another draft, or without these layers, is refused
             from eagle3_quant.quantize.calibration import check_calibration
-
             from eagle3_quant.records.calibration import load_calibration
 
             check_calibration(draft, load_calibration(calib), taps.indices)

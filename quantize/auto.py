@@ -26,6 +26,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
+
+from eagle3_quant.errors import AcceptanceGateError
+from eagle3_quant.plan import make_plan
 from eagle3_quant.quantize.auto_ladder import Candidate, Ladder, build_ladder, vocab_sizes
 from eagle3_quant.quantize.calibration import (
     CALIBRATION_STEPS,
@@ -34,9 +37,6 @@ from eagle3_quant.quantize.calibration import (
 )
 from eagle3_quant.quantize.sensitivity import fp8_versions, in_dtype, linear_groups
 from eagle3_quant.quantize.vocab_prune import choose_vocab, current_target_ids, target_token_counts
-
-from eagle3_quant.errors import AcceptanceGateError
-from eagle3_quant.plan import make_plan
 from eagle3_quant.reading.draft import DraftCheckpoint
 from eagle3_quant.records.auto_choice import GATE_RULE, AutoCandidateRecord, AutoChoiceRecord
 from eagle3_quant.records.calibration import CalibrationSet

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from eagle3_quant.quantize.finite_scan import scan_source
 from safetensors import safe_open
 
 from eagle3_quant.errors import DraftFormatError
+from eagle3_quant.quantize.finite_scan import scan_source
 from eagle3_quant.reading.draft import DraftCheckpoint
 from eagle3_quant.util.resources import check_disk, check_memory, gb
 

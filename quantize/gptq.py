@@ -17,9 +17,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 import torch
-from eagle3_quant.quantize.calibration import batch_positions
 
 from eagle3_quant.plan import QuantPlan
+from eagle3_quant.quantize.calibration import batch_positions
 from eagle3_quant.reading.draft import DraftCheckpoint
 
 DAMP_PERCENT = 0.01     # Quark's GPTQConfig defaults

@@ -5,10 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from eagle3_quant.quantize.quark_import import import_quark, quark_quiet
-
 from eagle3_quant.errors import QuantizationError
 from eagle3_quant.plan import QuantPlan
+from eagle3_quant.quantize.quark_import import import_quark, quark_quiet
 from eagle3_quant.reading.draft import DraftCheckpoint
 from eagle3_quant.schemes import Scheme, TensorQuantSpec
 from eagle3_quant.util.outdir import scratch_beside

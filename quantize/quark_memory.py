@@ -15,6 +15,10 @@ import json
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from safetensors import safe_open
+
+from eagle3_quant.errors import QuantizationError
+from eagle3_quant.plan import QuantPlan
 from eagle3_quant.quantize.calibration import (
     CALIBRATION_STEPS,
     batch_positions,
@@ -25,10 +29,6 @@ from eagle3_quant.quantize.calibration import (
 from eagle3_quant.quantize.gptq import GptqRecord, round_with_gptq, rounding_order
 from eagle3_quant.quantize.quark_file import quark_config, quark_exclude_modules
 from eagle3_quant.quantize.quark_import import import_quark, quark_quiet
-from safetensors import safe_open
-
-from eagle3_quant.errors import QuantizationError
-from eagle3_quant.plan import QuantPlan
 from eagle3_quant.reading.draft import DraftCheckpoint
 from eagle3_quant.records.calibration import load_calibration
 from eagle3_quant.records.public_names import public_name
@@ -73,9 +73,9 @@ class InMemoryResult:
 
 def run_in_memory(draft: DraftCheckpoint, plan: QuantPlan, calib_path: Path, out_dir: Path, device: str,
                   verbose: bool = False, gptq: bool = False, taps: tuple[int, ...] | None = None) -> InMemoryResult:
-    from eagle3_quant.quantize.quark_model import Eagle3QuarkModel
     from transformers import PretrainedConfig
 
+    from eagle3_quant.quantize.quark_model import Eagle3QuarkModel
     from eagle3_quant.runtime.loading import load_draft
 
     calib = check_calibration(draft, load_calibration(calib_path), taps)   # the layers the artifact is served with

@@ -22,6 +22,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
+
+from eagle3_quant.errors import SchemeError
+from eagle3_quant.options import build_options, pick_device
+from eagle3_quant.plan import make_plan
 from eagle3_quant.quantize.calibration import (
     CALIBRATION_STEPS,
     calibration_batches,
@@ -31,10 +35,6 @@ from eagle3_quant.quantize.calibration import (
 from eagle3_quant.quantize.checks import check_vocab_map
 from eagle3_quant.quantize.finite_scan import scan_source
 from eagle3_quant.quantize.options import SensitivityOptions
-
-from eagle3_quant.errors import SchemeError
-from eagle3_quant.options import build_options, pick_device
-from eagle3_quant.plan import make_plan
 from eagle3_quant.reading.draft import DraftCheckpoint, read_draft
 from eagle3_quant.reading.layout import fused_groups
 from eagle3_quant.records.calibration import load_calibration

@@ -7,7 +7,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from eagle3_quant.calib.served import target_layers
-
 from eagle3_quant.errors import Eagle3QuantError
 from eagle3_quant.reading.draft import DraftCheckpoint
 from eagle3_quant.taps.candidates import TapCandidate
@@ -32,7 +31,6 @@ def _layers(draft: DraftCheckpoint, calib) -> int | None:
 def _measure(draft: DraftCheckpoint, calib, candidates: tuple[TapCandidate, ...], device: str) -> list:
     """(candidate, accepted counts per sample) for each candidate the set holds, the BF16 draft fed its layers."""
     from eagle3_quant.quantize.calibration import calibration_embedding
-
     from eagle3_quant.runtime.acceptance import chain_acceptance
     from eagle3_quant.runtime.loading import load_draft
     from eagle3_quant.runtime.serving import serving_numerics
@@ -47,7 +45,6 @@ def decide_serve_taps(draft: DraftCheckpoint, mode: str, calib_path: Path | None
     """The layers to serve the artifact with, what to write for them, and the manifest's record: the target's
     depth and the BF16 draft measured under each candidate the set holds, then ``taps/serve_decision.decide``."""
     from eagle3_quant.quantize.calibration import check_calibration_size
-
     from eagle3_quant.records.calibration import load_calibration
 
     config = draft.config

@@ -158,9 +158,9 @@ def smoothed_tensors(tensors: dict[str, torch.Tensor], prefix: str, draft, sites
 def smooth_draft(draft_ckpt: DraftCheckpoint, calib_path: str | Path, alpha: float, quantized_roles: set[str],
                  steps: int, taps: tuple[int, ...] | None = None) -> tuple[dict[str, torch.Tensor], Smoothing]:
     """(tensors of the smoothed BF16 draft, record). `quantized_roles`: the planned FP8 roles (q_a_proj, ...)."""
-    from eagle3_quant.quantize.calibration import calibration_embedding, check_calibration
     from safetensors import safe_open
 
+    from eagle3_quant.quantize.calibration import calibration_embedding, check_calibration
     from eagle3_quant.records.calibration import load_calibration
     from eagle3_quant.runtime.loading import load_draft
 
@@ -192,8 +192,9 @@ def smooth_draft(draft_ckpt: DraftCheckpoint, calib_path: str | Path, alpha: flo
 def smoothed(draft_ckpt: DraftCheckpoint, calib: str | Path, alpha: float, quantized_roles: set[str], out: Path,
              steps: int, taps: tuple[int, ...] | None = None) -> Iterator[tuple[Path, Smoothing]]:
     """Write the smoothed BF16 draft into a hidden folder beside OUT; yield (folder, record); always remove it."""
-    from eagle3_quant.quantize.side_files import copy_side_files
     from safetensors.torch import save_file
+
+    from eagle3_quant.quantize.side_files import copy_side_files
 
     total = draft_ckpt.checkpoint.total_bytes
     check_disk(out.parent, total, f"the smoothed BF16 draft ({gb(total)} at most)")

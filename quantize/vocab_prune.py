@@ -122,8 +122,9 @@ def prune_vocab(draft: DraftCheckpoint, calib: str | Path, n: int) -> tuple[dict
 def vocab_pruned(draft: DraftCheckpoint, calib: str | Path, n: int, out: Path) -> Iterator[tuple[Path,
                                                                                                  VocabPruning]]:
     """Write the pruned BF16 draft into a hidden folder beside OUT; yield (folder, record); always remove it."""
-    from eagle3_quant.quantize.side_files import copy_side_files
     from safetensors.torch import save_file
+
+    from eagle3_quant.quantize.side_files import copy_side_files
 
     total = draft.checkpoint.total_bytes
     check_disk(out.parent, total, f"the vocabulary-pruned BF16 draft ({gb(total)} at most)")

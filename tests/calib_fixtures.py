@@ -41,7 +41,6 @@ def write_calibration(folder: Path, target: Path, *, samples: int = 6, seq_len: 
 def compare_drafts(base, other, cal: Path) -> tuple[float, float]:
     """(top-1 disagreement, mean KL(base || other)) of two runtime drafts on a calibration set's positions."""
     from eagle3_quant.quantize.calibration import calibration_batches
-
     from eagle3_quant.records.calibration import load_calibration
 
     differ = positions = 0

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from corpus.builders import tree_state
 from corpus.cases import CASES, BadCase
-from eagle3_quant.quantize.api import quantize_draft
 
 from eagle3_quant.cli import main
 from eagle3_quant.errors import Eagle3QuantError
+from eagle3_quant.quantize.api import quantize_draft
 from eagle3_quant.util import resources
 
 

@@ -73,11 +73,10 @@ def call_api(args: list[str]):
     from eagle3_quant.calib.importer import import_calibration
     from eagle3_quant.export.card import make_card
     from eagle3_quant.export.push import push_draft
-    from eagle3_quant.quantize.sensitivity import measure_sensitivity
-    from eagle3_quant.validate.api import validate_draft
-
     from eagle3_quant.inspection import inspect_draft
     from eagle3_quant.pipeline import run_pipeline
+    from eagle3_quant.quantize.sensitivity import measure_sensitivity
+    from eagle3_quant.validate.api import validate_draft
 
     verb, first = args[0], args[1]
     if verb == "validate":

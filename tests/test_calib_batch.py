@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from eagle3_quant.calib.capture import TargetRunner
 from safetensors.torch import load_file
+
+from eagle3_quant.calib.capture import TargetRunner
 
 PAIR = Path(__file__).resolve().parent / "fixtures" / "tiny_pair"
 TAPS = (1, 2, 3)
@@ -79,9 +80,8 @@ def test_calibrate_batched_or_not_gives_the_same_acceptance(tmp_path):
 
     from eagle3_quant.calib.api import calibrate_target
     from eagle3_quant.quantize.api import quantize_draft
-    from eagle3_quant.validate.api import validate_draft
-
     from eagle3_quant.records.calibration import load_calibration
+    from eagle3_quant.validate.api import validate_draft
 
     rows = [{"text": " ".join(f"w{(i * 7 + j) % 50}" for j in range(8 + i % 20))} for i in range(24)]
     data = tmp_path / "data.jsonl"

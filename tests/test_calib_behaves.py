@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from eagle3_quant.calib import threads as share
 from eagle3_quant.calib.options import CalibrationOptions
-
 from eagle3_quant.errors import CalibrationDataError, OptionsError
 from eagle3_quant.util.progress import Throughput, clock
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 import pytest
 import torch
 from calib_capture_fixtures import DRAFT, DRAFT_IDS, TARGET, text_rows, write_jsonl
-from eagle3_quant.calib.api import calibrate_target
 
+from eagle3_quant.calib.api import calibrate_target
 from eagle3_quant.errors import TargetMismatchError
 from eagle3_quant.records.calibration import load_calibration
 from fixtures.synthetic import DraftShape, write_synthetic_draft

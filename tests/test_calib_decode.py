@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 from calib_capture_fixtures import TARGET
+
 from eagle3_quant.calib.capture import TargetRunner
 
 TAPS = (1, 3, TARGET.layers)        # the final layer's state too: read before the final norm, pass by pass

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import torch
 from calib_capture_fixtures import TARGET
-from eagle3_quant.calib.importer import import_calibration
 from safetensors.torch import save_file
 
+from eagle3_quant.calib.importer import import_calibration
 from eagle3_quant.cli import main
 from eagle3_quant.errors import CalibrationDataError, TargetMismatchError
 from eagle3_quant.records.calibration import load_calibration

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from eagle3_quant.calib.api import calibrate_target
 
+from eagle3_quant.calib.api import calibrate_target
 from eagle3_quant.records.calibration import load_calibration
 
 pytestmark = [pytest.mark.gpu,

@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 import torch
 from calib_capture_fixtures import DRAFT, DRAFT_IDS, TARGET
+
 from eagle3_quant.calib.api import calibrate_target
 from eagle3_quant.calib.importer import import_calibration
-
 from eagle3_quant.cli import main
 from eagle3_quant.errors import CalibrationDataError, DraftFormatError, TargetMismatchError
 from eagle3_quant.reading.formats import DraftFormat

@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import pytest
 from calib_capture_fixtures import chat_rows, text_rows, write_jsonl
+
 from eagle3_quant.calib.dataset import load_rows, pick_column
 from eagle3_quant.calib.prompts import PromptSpec, sample_prompts
-
 from eagle3_quant.errors import CalibrationDataError
 
 

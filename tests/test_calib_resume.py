@@ -4,10 +4,10 @@ import json
 
 import pytest
 import torch
+
 from eagle3_quant.calib.api import calibrate_target
 from eagle3_quant.calib.capture import TargetRunner
 from eagle3_quant.calib.staging import staging_dir
-
 from eagle3_quant.cli import main
 from eagle3_quant.errors import DraftFormatError, OutputExistsError
 from eagle3_quant.records.calibration import load_calibration

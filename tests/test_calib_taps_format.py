@@ -107,11 +107,10 @@ def test_sample_check_names_the_problem():
 
 
 def test_public_api_is_in_the_lazy_table():
+    import eagle3_quant
     from eagle3_quant.calib.api import calibrate_target
     from eagle3_quant.calib.importer import import_calibration
     from eagle3_quant.calib.result import CalibrationResult
-
-    import eagle3_quant
 
     assert eagle3_quant.calibrate_target is calibrate_target
     assert eagle3_quant.import_calibration is import_calibration

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from eagle3_quant.calib.api import calibrate_target
-from eagle3_quant.calib.vllm_capture import export_dir
 from tiny_pair_fixtures import PAIR, fixture_module
 from validate_helpers import copy_artifact
 
+from eagle3_quant.calib.api import calibrate_target
+from eagle3_quant.calib.vllm_capture import export_dir
 from eagle3_quant.cli import main
 from eagle3_quant.engines import environment
 from eagle3_quant.errors import CalibrationDataError, EngineNotFoundError

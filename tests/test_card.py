@@ -6,11 +6,11 @@ import json
 
 import pytest
 from bench_records import engine_run_json
-from eagle3_quant.export.card import make_card
 from hub_server.fixtures import PASSED_REPORT
 
 from eagle3_quant.cli import main
 from eagle3_quant.errors import PublishError
+from eagle3_quant.export.card import make_card
 from eagle3_quant.reading.source_card import repo_id_from_cache_path, source_card_info
 from eagle3_quant.records.manifest import MANIFEST_NAME
 from eagle3_quant.records.validation_report import read_validation

@@ -15,10 +15,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from eagle3_quant.quantize import api as quantize_api
-from eagle3_quant.quantize.api import quantize_draft
 
 from eagle3_quant.errors import CheckpointFileError, OutputExistsError
+from eagle3_quant.quantize import api as quantize_api
+from eagle3_quant.quantize.api import quantize_draft
 from eagle3_quant.records.manifest import Manifest
 from eagle3_quant.util.hashing import sha256_file
 from eagle3_quant.util.outdir import claimed_output

@@ -7,8 +7,8 @@ import os
 import shutil
 
 import pytest
-from eagle3_quant.quantize.api import quantize_draft
 
+from eagle3_quant.quantize.api import quantize_draft
 from eagle3_quant.reading.formats import DraftFormat
 from eagle3_quant.records.public_names import LOCAL_RECORD
 from fixtures.synthetic import write_synthetic_draft

@@ -7,11 +7,11 @@ import json
 
 import pytest
 from draft_variants import write_variant
-from eagle3_quant.quantize.options import QuantizeOptions
 
 from eagle3_quant.engines.choice import check_choice, choose_engines
 from eagle3_quant.errors import SchemeError
 from eagle3_quant.inspection import inspect_draft
+from eagle3_quant.quantize.options import QuantizeOptions
 from eagle3_quant.reading.draft import read_draft
 from eagle3_quant.records.manifest import Manifest
 from eagle3_quant.schemes import get_scheme
@@ -90,10 +90,9 @@ def test_inspect_says_what_quantize_would_write_it_for(tmp_path):
 def test_quantize_with_no_flags_on_every_published_format_and_vllm_loads_each(tmp_path, capsys):
     """The issue's first-contact case: `eagle3-quant quantize SRC OUT` succeeds on a speculators, an original EAGLE,
     a SpecForge and a Qwen3 draft; vLLM 0.33's own code loads every artifact; one no engine serves is refused."""
+    from eagle3_quant.cli import main
     from eagle3_quant.export.card import build_card
     from eagle3_quant.validate.vllm_load import run_vllm_load_many, vllm_missing_reason
-
-    from eagle3_quant.cli import main
 
     outs = {}
     for variant in PUBLISHED:

@@ -16,13 +16,12 @@ import time
 from pathlib import Path
 
 import pytest
-from safetensors.torch import load_file, save_file
 from engine_env import needs_engine
+from safetensors.torch import load_file, save_file
 from tiny_pair_fixtures import PAIR
 
 from eagle3_quant.cli import main
 from eagle3_quant.engines import environment
-
 
 pytestmark = pytest.mark.slow
 PROMPTS = PAIR / "heldout_prompts.safetensors"

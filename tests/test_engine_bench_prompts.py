@@ -7,12 +7,12 @@ import json
 import pytest
 import torch
 from calib_fixtures import write_calibration
-from eagle3_quant.calib.target import TargetSpec
 from safetensors.torch import save_file
 from tiny_pair_fixtures import PAIR
 
 from eagle3_quant.bench.options import BenchOptions
 from eagle3_quant.bench.prompts import load_prompts
+from eagle3_quant.calib.target import TargetSpec
 from eagle3_quant.errors import CalibrationDataError, OptionsError
 from eagle3_quant.records.calibration import CalibrationInfo, CalibrationSample, CalibrationWriter
 

@@ -16,8 +16,6 @@ import pytest
 from engine_env import needs_engine
 from tiny_pair_fixtures import PAIR
 
-
-
 pytestmark = [pytest.mark.slow, needs_engine]
 ENGINE_RUNNING_S = 8      # how long vLLM's child has run when Ctrl-C comes (it is importing vLLM or loading then)
 

@@ -8,17 +8,17 @@ import struct
 import time
 
 import pytest
+
+from eagle3_quant.errors import CheckpointFileError, NotValidatedError, OptionsError, PipelineSpecError
 from eagle3_quant.export.card import make_card
 from eagle3_quant.export.push import push_draft
 from eagle3_quant.quantize.api import quantize_draft
-from eagle3_quant.validate.api import validate_draft
-from eagle3_quant.validate.report import Gates
-
-from eagle3_quant.errors import CheckpointFileError, NotValidatedError, OptionsError, PipelineSpecError
 from eagle3_quant.reading.limits import load_yaml_text, loads_strict
 from eagle3_quant.reading.repo_ids import is_repo_id
 from eagle3_quant.reading.safetensors_header import MAX_HEADER_BYTES, read_header
 from eagle3_quant.records.public_names import LOCAL_RECORD, public_name
+from eagle3_quant.validate.api import validate_draft
+from eagle3_quant.validate.report import Gates
 from fixtures.synthetic import write_synthetic_draft
 
 

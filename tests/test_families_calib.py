@@ -8,8 +8,8 @@ from dataclasses import replace
 import pytest
 import torch
 from calib_capture_fixtures import DRAFT, TARGET
-from eagle3_quant.calib.api import calibrate_target
 
+from eagle3_quant.calib.api import calibrate_target
 from eagle3_quant.records.calibration import load_calibration
 from fixtures.synthetic import write_synthetic_draft
 

@@ -8,13 +8,13 @@ import json
 import pytest
 import torch
 from conftest import load_tensors
-from eagle3_quant.quantize.api import quantize_draft
-from eagle3_quant.validate.vllm_load import vllm_missing_reason
 
 from eagle3_quant.engines.vllm.names import exclude_pattern
 from eagle3_quant.plan import make_plan
+from eagle3_quant.quantize.api import quantize_draft
 from eagle3_quant.reading.draft import read_draft
 from eagle3_quant.schemes import get_scheme
+from eagle3_quant.validate.vllm_load import vllm_missing_reason
 from fixtures.synthetic import write_synthetic_draft
 
 pytestmark = pytest.mark.slow

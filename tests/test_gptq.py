@@ -9,22 +9,22 @@ import json
 
 import pytest
 import torch
-from eagle3_quant.quantize.gptq import rounding_order
-from eagle3_quant.quantize.options import QuantizeOptions
-from eagle3_quant.validate.api import validate_draft
-from eagle3_quant.validate.report import Gates
-from eagle3_quant.validate.sglang_load import sglang_missing
-from eagle3_quant.validate.vllm_load import vllm_missing_reason
 from safetensors import safe_open
 from test_cli import run_cli
 from tiny_pair_fixtures import CALIB_PROMPTS, K
 
 from eagle3_quant.errors import SchemeError
 from eagle3_quant.plan import make_plan
+from eagle3_quant.quantize.gptq import rounding_order
+from eagle3_quant.quantize.options import QuantizeOptions
 from eagle3_quant.reading.draft import read_draft
 from eagle3_quant.runtime.drafting import draft_inputs
 from eagle3_quant.runtime.loading import load_draft
 from eagle3_quant.schemes import get_scheme
+from eagle3_quant.validate.api import validate_draft
+from eagle3_quant.validate.report import Gates
+from eagle3_quant.validate.sglang_load import sglang_missing
+from eagle3_quant.validate.vllm_load import vllm_missing_reason
 from fixtures.synthetic import write_synthetic_draft
 
 ATTN, MLP = "midlayer.self_attn.", "midlayer.mlp."

@@ -15,10 +15,10 @@ import time
 
 import pytest
 from corpus.builders import tiny, tree_state
-from eagle3_quant.quantize.api import quantize_draft
 
 from eagle3_quant.cli import main
 from eagle3_quant.errors import QuantizationError
+from eagle3_quant.quantize.api import quantize_draft
 from eagle3_quant.records.manifest import Manifest
 from eagle3_quant.util.hashing import sha256_file
 from eagle3_quant.util.interrupts import handling_interrupts, requested

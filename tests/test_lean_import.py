@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+
 from eagle3_quant.quantize import lean_expert_scan as lean
 
 WITH = "@use_experts_implementation\nclass A:\n    pass\n"

@@ -8,6 +8,9 @@ import json
 
 import pytest
 import torch
+
+from eagle3_quant.runtime import mx
+from eagle3_quant.runtime.mx_linear import MxLinear
 from eagle3_quant.validate.kernel_check import kernel_checks, run_mx_kernel_check
 from eagle3_quant.validate.mx_kernel_probe import (
     MX_TOLERANCE,
@@ -17,9 +20,6 @@ from eagle3_quant.validate.mx_kernel_probe import (
     mx_reference,
 )
 from eagle3_quant.validate.platform import Platform
-
-from eagle3_quant.runtime import mx
-from eagle3_quant.runtime.mx_linear import MxLinear
 
 MI355X = Platform("rocm", "cuda:0", "AMD Instinct MI355X", "gfx950", "2.9", "7.0")
 MI300X = Platform("rocm", "cuda:0", "AMD Instinct MI300X", "gfx942", "2.9", "7.0")

@@ -89,7 +89,6 @@ def test_mx_export_packs_weights_and_keeps_fc_lm_head_bf16(mx_runs, scheme):
 def test_mx_artifact_runs_in_the_runtime_close_to_bf16(mx_runs, scheme):
     src, cal, result = mx_runs(scheme)
     from eagle3_quant.quantize.calibration import calibration_batches, calibration_embedding
-
     from eagle3_quant.reading.draft import read_draft
     from eagle3_quant.records.calibration import load_calibration
 
@@ -186,8 +185,9 @@ def test_static_mx_config_without_input_scale_is_refused_by_the_runtime(tmp_path
 
 
 def test_an_engine_that_cannot_load_the_scheme_is_refused_before_any_work(make_draft, tmp_path):
-    from eagle3_quant.validate.sglang_load import unsupported_format
     from validate_helpers import write_manifest_naming
+
+    from eagle3_quant.validate.sglang_load import unsupported_format
 
     src = make_draft()
     with pytest.raises(SchemeError, match=r"w_mxfp4_a_fp8 cannot be served by sglang: SGLang 0\.5\.23"):

@@ -10,12 +10,12 @@ import tracemalloc
 from pathlib import Path
 
 import pytest
-from eagle3_quant.calib.dataset import MAX_ROW_BYTES, check_json_rows, load_rows
-from eagle3_quant.calib.target import TargetSpec
 from tiny_pair_fixtures import PAIR
 
 from eagle3_quant.bench.options import BenchOptions
 from eagle3_quant.bench.prompts import load_prompts
+from eagle3_quant.calib.dataset import MAX_ROW_BYTES, check_json_rows, load_rows
+from eagle3_quant.calib.target import TargetSpec
 from eagle3_quant.cli import main
 from eagle3_quant.errors import CalibrationDataError
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 from calib_fixtures import write_target
-from eagle3_quant.quantize.options import QuantizeOptions
 
 from eagle3_quant.cli import main
+from eagle3_quant.quantize.options import QuantizeOptions
 from eagle3_quant.records.calibration import CalibrationInfo, CalibrationSample, CalibrationWriter
 from eagle3_quant.records.manifest import MANIFEST_NAME, Manifest
 from eagle3_quant.records.public_names import public_argv, public_command

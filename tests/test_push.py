@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 from bench_records import bench_json
-from eagle3_quant.export import push as push_module
-from eagle3_quant.export.push import push_draft
 from hub_server import Fault
 from hub_server.fixtures import PASSED_REPORT, TOKEN, failed_report
 
 from eagle3_quant.cli import main
 from eagle3_quant.errors import HubAuthError, HubError, NotMeasuredError, NotValidatedError, PublishError
+from eagle3_quant.export import push as push_module
+from eagle3_quant.export.push import push_draft
 
 pytestmark = pytest.mark.slow  # the OUT fixtures are real Quark outputs
 REPO = "alice/tiny-eagle3-fp8"

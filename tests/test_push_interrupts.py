@@ -15,9 +15,9 @@ import sys
 import threading
 
 import pytest
-from eagle3_quant.export.push import push_draft
 from hub_server.server import HubHandler
 
+from eagle3_quant.export.push import push_draft
 from eagle3_quant.records.public_names import LOCAL_RECORD
 
 pytestmark = pytest.mark.slow   # the OUT fixture is a real Quark output

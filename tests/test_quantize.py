@@ -5,9 +5,9 @@ import json
 import pytest
 import torch
 from conftest import folder_hashes, load_tensors
-from eagle3_quant.quantize.api import quantize_draft
 
 from eagle3_quant.errors import OutputExistsError, SchemeError
+from eagle3_quant.quantize.api import quantize_draft
 from eagle3_quant.reading.formats import DraftFormat
 from eagle3_quant.util.hashing import sha256_file
 

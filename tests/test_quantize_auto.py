@@ -10,13 +10,13 @@ import pytest
 import torch
 from calib_fixtures import write_calibration, write_target
 from conftest import folder_hashes
-from eagle3_quant.quantize.api import quantize_draft
-from eagle3_quant.quantize.auto_ladder import build_ladder, vocab_sizes
-from eagle3_quant.quantize.options import QuantizeOptions
 
 from eagle3_quant.cli import main
 from eagle3_quant.cost import WeightTensor, checkpoint_cost, project_scheme, step_cost
 from eagle3_quant.errors import AcceptanceGateError, DraftFormatError, OptionsError, SchemeError
+from eagle3_quant.quantize.api import quantize_draft
+from eagle3_quant.quantize.auto_ladder import build_ladder, vocab_sizes
+from eagle3_quant.quantize.options import QuantizeOptions
 from eagle3_quant.reading.draft import read_draft
 from eagle3_quant.records.manifest import Manifest
 from eagle3_quant.schemes import SCHEMES

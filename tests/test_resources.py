@@ -7,12 +7,12 @@ import os
 
 import pytest
 from corpus.builders import SINGLE, pickle_draft, tiny, tree_state
-from eagle3_quant.quantize import checks
-from eagle3_quant.quantize.api import quantize_draft
-from eagle3_quant.quantize.checks import QUARK_BASE_BYTES, peak_memory_bytes
 
 from eagle3_quant.errors import QuantizationError, ResourceError
 from eagle3_quant.plan import make_plan
+from eagle3_quant.quantize import checks
+from eagle3_quant.quantize.api import quantize_draft
+from eagle3_quant.quantize.checks import QUARK_BASE_BYTES, peak_memory_bytes
 from eagle3_quant.reading.draft import read_draft
 from eagle3_quant.schemes import get_scheme
 from eagle3_quant.util import resources

@@ -6,14 +6,14 @@ from __future__ import annotations
 import json
 
 import pytest
-from eagle3_quant.validate.gate_choice import artifact_scheme
-from eagle3_quant.validate.report import Gates, ValidationReport
 from validate_helpers import write_manifest_naming
 
 from eagle3_quant.errors import SchemeError
 from eagle3_quant.records.validation_report import read_validation
 from eagle3_quant.scheme_gates import FP8_GATES, MXFP4_GATES, SCHEME_GATES, gates_for_scheme
 from eagle3_quant.schemes import SCHEMES
+from eagle3_quant.validate.gate_choice import artifact_scheme
+from eagle3_quant.validate.report import Gates, ValidationReport
 
 
 def test_every_registered_scheme_has_gates_and_fp8_keeps_the_historical_ones():

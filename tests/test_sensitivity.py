@@ -8,12 +8,12 @@ import pytest
 import torch
 from calib_fixtures import compare_drafts, write_calibration, write_target
 from conftest import load_tensors
-from eagle3_quant.quantize.sensitivity import measure_sensitivity, quark_weight
 from safetensors.torch import load_file, save_file
 
 from eagle3_quant import load_draft, quantize_draft
 from eagle3_quant.cli import main
 from eagle3_quant.errors import OptionsError, SchemeError
+from eagle3_quant.quantize.sensitivity import measure_sensitivity, quark_weight
 from eagle3_quant.records.calibration import load_calibration
 from eagle3_quant.runtime.fp8_linear import Fp8Linear
 from eagle3_quant.schemes import get_scheme

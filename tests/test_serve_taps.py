@@ -13,19 +13,19 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import load_tensors
-from eagle3_quant.export.card import build_card
-from eagle3_quant.quantize.api import quantize_draft
-from eagle3_quant.validate.api import validate_draft
-from eagle3_quant.validate.sglang_load import sglang_missing
-from eagle3_quant.validate.vllm_load import vllm_missing_reason
 from tiny_pair_fixtures import NEW_TOKENS, PAIR, fixture_module
 
 from eagle3_quant.cli import main
 from eagle3_quant.errors import DraftFormatError
+from eagle3_quant.export.card import build_card
+from eagle3_quant.quantize.api import quantize_draft
 from eagle3_quant.reading.draft import read_draft
 from eagle3_quant.records.manifest import Manifest
 from eagle3_quant.taps.capture import capture_taps
 from eagle3_quant.taps.conventions import AUX_KEY
+from eagle3_quant.validate.api import validate_draft
+from eagle3_quant.validate.sglang_load import sglang_missing
+from eagle3_quant.validate.vllm_load import vllm_missing_reason
 
 pytestmark = pytest.mark.slow
 NESTED = "eagle_config"

@@ -11,10 +11,10 @@ import shutil
 from pathlib import Path
 
 import pytest
-from eagle3_quant.validate import sglang_load
-from eagle3_quant.validate.sglang_load import sglang_load_check
 
 from eagle3_quant.records.manifest import MANIFEST_NAME
+from eagle3_quant.validate import sglang_load
+from eagle3_quant.validate.sglang_load import sglang_load_check
 
 PAIR_DRAFT = Path(__file__).resolve().parent / "fixtures" / "tiny_pair" / "draft"
 FUSED_NAMES = {"model.qkv_proj", "model.self_attn.o_proj", "model.gate_up_proj", "model.down_proj"}

@@ -12,10 +12,10 @@ import shutil
 from pathlib import Path
 
 import pytest
-from eagle3_quant.validate import sglang_load
-from eagle3_quant.validate.sglang_load import run_sglang, sglang_load_check
 
 from eagle3_quant.schemes import get_scheme
+from eagle3_quant.validate import sglang_load
+from eagle3_quant.validate.sglang_load import run_sglang, sglang_load_check
 
 PAIR_DRAFT = Path(__file__).resolve().parent / "fixtures" / "tiny_pair" / "draft"
 FUSED_NAMES = {"model.qkv_proj", "model.self_attn.o_proj", "model.gate_up_proj", "model.down_proj"}

@@ -8,11 +8,11 @@ import pytest
 import torch
 from calib_fixtures import compare_drafts, write_calibration, write_target
 from conftest import folder_hashes, load_tensors
-from eagle3_quant.quantize.calibration import CALIBRATION_STEPS, calibration_batches
-from eagle3_quant.quantize.sensitivity import measure_sensitivity, quark_weight
 
 from eagle3_quant import load_draft, quantize_draft
 from eagle3_quant.errors import DraftFormatError
+from eagle3_quant.quantize.calibration import CALIBRATION_STEPS, calibration_batches
+from eagle3_quant.quantize.sensitivity import measure_sensitivity, quark_weight
 from eagle3_quant.reading.formats import DraftFormat
 from eagle3_quant.records.calibration import load_calibration
 from eagle3_quant.runtime.fp8_linear import Fp8Linear

@@ -7,15 +7,15 @@ import shutil
 
 import pytest
 import torch
-from eagle3_quant.quantize import verify_export as verify
-from eagle3_quant.quantize.api import quantize_draft
-from eagle3_quant.quantize.finite_scan import all_finite, scan_source
-from eagle3_quant.quantize.verify_export import verify_export
 from safetensors.torch import load_file, save_file
 
 import eagle3_quant.util.hashing as hashing
 from eagle3_quant.errors import CheckpointFileError, DraftFormatError, QuantizationError
 from eagle3_quant.plan import make_plan
+from eagle3_quant.quantize import verify_export as verify
+from eagle3_quant.quantize.api import quantize_draft
+from eagle3_quant.quantize.finite_scan import all_finite, scan_source
+from eagle3_quant.quantize.verify_export import verify_export
 from eagle3_quant.reading.draft import read_draft
 from eagle3_quant.reading.safetensors_header import read_header
 from eagle3_quant.schemes import get_scheme

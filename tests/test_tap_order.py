@@ -8,10 +8,10 @@ import os
 import pytest
 import torch
 from calib_capture_fixtures import DRAFT, TARGET
-from eagle3_quant.calib.api import calibrate_target
-from eagle3_quant.calib.importer import import_calibration
 from test_calib_engine_dump import SGLANG_IDS, engine_states, write_dump
 
+from eagle3_quant.calib.api import calibrate_target
+from eagle3_quant.calib.importer import import_calibration
 from eagle3_quant.errors import DraftFormatError, TargetMismatchError
 from eagle3_quant.reading.draft import read_draft
 from eagle3_quant.reading.formats import DraftFormat

@@ -12,9 +12,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from eagle3_quant.validate.api import validate_draft
-from eagle3_quant.validate.report import Gates
-from eagle3_quant.validate.vllm_load import vllm_missing_reason
 from safetensors import safe_open
 from safetensors.torch import load_file
 from tiny_pair_fixtures import CALIB_PROMPTS, NEW_TOKENS, PAIR, K, fixture_module
@@ -28,6 +25,9 @@ from eagle3_quant.records.manifest import Manifest
 from eagle3_quant.runtime.loading import load_draft
 from eagle3_quant.runtime.mla import MlaAttention
 from eagle3_quant.runtime.saving import new_draft_config, save_draft
+from eagle3_quant.validate.api import validate_draft
+from eagle3_quant.validate.report import Gates
+from eagle3_quant.validate.vllm_load import vllm_missing_reason
 
 MLA_DRAFT = Path(__file__).resolve().parent / "fixtures" / "tiny_pair_mla" / "draft"
 # What vLLM 0.33's Eagle3DeepseekV2ForCausalLM loads (draft-families.md 1.2), with q_lora_rank set

@@ -10,11 +10,11 @@ import pytest
 import torch
 from conftest import folder_hashes, load_tensors
 from corpus.builders import Q_PROJ, SINGLE, file_tensors, pickle_draft, set_tensors, tiny, tree_state
-from eagle3_quant.quantize.api import quantize_draft
-from eagle3_quant.quantize.verify_export import same_bytes
 
 from eagle3_quant.errors import ResourceError
 from eagle3_quant.inspection import inspect_draft
+from eagle3_quant.quantize.api import quantize_draft
+from eagle3_quant.quantize.verify_export import same_bytes
 from eagle3_quant.reading.formats import DraftFormat
 from eagle3_quant.reading.safetensors_header import read_header
 from eagle3_quant.records.public_names import LOCAL_RECORD, recorded_source_path

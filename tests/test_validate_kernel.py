@@ -8,6 +8,7 @@ import sys
 
 import pytest
 import torch
+
 from eagle3_quant.validate.kernel_check import judge, kernel_checks, log_evidence, run_kernel_check
 from eagle3_quant.validate.platform import detect_platform
 

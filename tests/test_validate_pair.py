@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import pytest
 import torch
-from eagle3_quant.validate.api import validate_draft
-from eagle3_quant.validate.report import Gates
-from eagle3_quant.validate.vllm_load import vllm_missing_reason
 from tiny_pair_fixtures import CALIB_PROMPTS, NEW_TOKENS, K, fixture_module
 from validate_helpers import copy_artifact, noise_in_weight, plain_quark_exclude, scale_times_8
 
 from eagle3_quant.cli import main
 from eagle3_quant.runtime.loading import load_draft
+from eagle3_quant.validate.api import validate_draft
+from eagle3_quant.validate.report import Gates
+from eagle3_quant.validate.vllm_load import vllm_missing_reason
 
 pytestmark = pytest.mark.slow
 BROKEN_SAMPLES = 48

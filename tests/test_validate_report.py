@@ -7,9 +7,9 @@ import math
 from pathlib import Path
 
 import pytest
-from eagle3_quant.validate.report import Gates, ValidationReport, gate, passed, skipped
 
 from eagle3_quant.errors import OptionsError
+from eagle3_quant.validate.report import Gates, ValidationReport, gate, passed, skipped
 
 
 def test_gates_from_a_mapping_refuse_unknown_names():

@@ -6,12 +6,12 @@ import json
 
 import pytest
 import torch
-from eagle3_quant.validate.api import validate_draft
-from eagle3_quant.validate.report import REPORT_VERSION
-from eagle3_quant.validate.vllm_load import vllm_missing_reason
 from validate_helpers import copy_artifact, noise_in_weight, plain_quark_exclude, rewrite_tensor, scale_times_8
 
 from eagle3_quant.cli import main
+from eagle3_quant.validate.api import validate_draft
+from eagle3_quant.validate.report import REPORT_VERSION
+from eagle3_quant.validate.vllm_load import vllm_missing_reason
 
 pytestmark = pytest.mark.slow
 Q_PROJ = "midlayer.self_attn.q_proj"

@@ -11,6 +11,9 @@ import json
 from pathlib import Path
 
 import pytest
+from vllm_artifacts import VARIANTS, build_variant, with_quark_plain_exclude
+
+from eagle3_quant.engines.vllm.loader_compat import check_loader_compat
 from eagle3_quant.validate.vllm_load import (
     MAX_RELATIVE_DLOGIT,
     MIN_TOP1,
@@ -19,9 +22,6 @@ from eagle3_quant.validate.vllm_load import (
     vllm_load_check,
     vllm_missing_reason,
 )
-from vllm_artifacts import VARIANTS, build_variant, with_quark_plain_exclude
-
-from eagle3_quant.engines.vllm.loader_compat import check_loader_compat
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(vllm_missing_reason() is not None, reason=str(vllm_missing_reason()))]

@@ -13,6 +13,10 @@ from pathlib import Path
 
 import pytest
 from draft_variants import write_variant
+from test_runtime_shared_lm_head import without_lm_head
+
+from eagle3_quant.engines.vllm.loader_compat import check_loader_compat, loader_family
+from eagle3_quant.reading.draft import read_draft
 from eagle3_quant.validate.vllm_load import (
     MAX_RELATIVE_DLOGIT,
     MIN_TOP1,
@@ -20,10 +24,6 @@ from eagle3_quant.validate.vllm_load import (
     vllm_load_check,
     vllm_missing_reason,
 )
-from test_runtime_shared_lm_head import without_lm_head
-
-from eagle3_quant.engines.vllm.loader_compat import check_loader_compat, loader_family
-from eagle3_quant.reading.draft import read_draft
 from fixtures.synthetic import write_synthetic_draft
 
 pytestmark = [pytest.mark.slow,
@@ -76,9 +76,8 @@ def _source(root: Path, name: str) -> Path:
 
 
 def _quantize(src: Path, out: Path, kwargs: dict) -> Path:
-    from eagle3_quant.quantize.api import quantize_draft
-
     from eagle3_quant import plan
+    from eagle3_quant.quantize.api import quantize_draft
 
     kwargs = dict(kwargs)
     with pytest.MonkeyPatch.context() as patch:

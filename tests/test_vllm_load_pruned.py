@@ -7,6 +7,8 @@ import os
 from pathlib import Path
 
 import pytest
+from vllm_artifacts import calibration_set
+
 from eagle3_quant.validate.vllm_load import (
     MAX_RELATIVE_DLOGIT,
     MIN_TOP1,
@@ -15,8 +17,6 @@ from eagle3_quant.validate.vllm_load import (
     vllm_load_check,
     vllm_missing_reason,
 )
-from vllm_artifacts import calibration_set
-
 from fixtures.synthetic import write_synthetic_draft
 
 pytestmark = [pytest.mark.slow,

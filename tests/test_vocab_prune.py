@@ -9,12 +9,12 @@ import pytest
 import torch
 from calib_fixtures import write_calibration, write_target
 from conftest import folder_hashes, load_tensors
-from eagle3_quant.quantize.api import quantize_draft
-from eagle3_quant.quantize.vocab_prune import choose_vocab
 from safetensors.torch import save_file
 
 from eagle3_quant.cli import main
 from eagle3_quant.errors import DraftFormatError, SchemeError
+from eagle3_quant.quantize.api import quantize_draft
+from eagle3_quant.quantize.vocab_prune import choose_vocab
 from eagle3_quant.records.calibration import load_calibration
 from fixtures.synthetic import DraftShape, write_synthetic_draft
 
@@ -106,8 +106,9 @@ def test_refusals_leave_nothing(tmp_path: Path, capsys):
 def test_tiny_pair_pruned_to_a_third_measured_by_validate(tiny_pair, tmp_path: Path):
     """Ranked on held-out prompts 128..255, validated on the calibration set of prompts 0..127 against the
     unpruned BF16 draft: acceptance ratio with its interval, and the coverage, are reported."""
-    from eagle3_quant.validate.api import validate_draft
     from tiny_pair_fixtures import NEW_TOKENS, fixture_module
+
+    from eagle3_quant.validate.api import validate_draft
 
     capture = fixture_module("tiny_capture")
     ranking = capture.write_calibration(

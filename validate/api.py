@@ -6,17 +6,6 @@ import dataclasses
 import math
 from pathlib import Path
 
-from eagle3_quant.validate.gate_choice import artifact_scheme
-from eagle3_quant.validate.kernel_check import kernel_checks, run_kernel_check
-from eagle3_quant.validate.options import ValidateOptions
-from eagle3_quant.validate.report import REPORT_NAME, Check, Gates, ValidationReport, failed, gate, skipped
-from eagle3_quant.validate.sglang_load import CHECK as SGLANG_CHECK
-from eagle3_quant.validate.sglang_load import sglang_load_check
-from eagle3_quant.validate.structure import structure_checks
-from eagle3_quant.validate.taps_report import candidate_rows, depth, served_view
-from eagle3_quant.validate.vllm_load import CHECK_NAME as VLLM_CHECK
-from eagle3_quant.validate.vllm_load import VllmLoadOptions, check_vllm_load
-
 from eagle3_quant.errors import DraftFormatError, Eagle3QuantError
 from eagle3_quant.options import build_options
 from eagle3_quant.reading.artifact import Fp8Artifact, read_artifact, read_reference
@@ -28,6 +17,16 @@ from eagle3_quant.records.manifest import MANIFEST_NAME, Manifest
 from eagle3_quant.records.public_names import public_name
 from eagle3_quant.taps.summary import taps_metrics
 from eagle3_quant.util.formatting import interval
+from eagle3_quant.validate.gate_choice import artifact_scheme
+from eagle3_quant.validate.kernel_check import kernel_checks, run_kernel_check
+from eagle3_quant.validate.options import ValidateOptions
+from eagle3_quant.validate.report import REPORT_NAME, Check, Gates, ValidationReport, failed, gate, skipped
+from eagle3_quant.validate.sglang_load import CHECK as SGLANG_CHECK
+from eagle3_quant.validate.sglang_load import sglang_load_check
+from eagle3_quant.validate.structure import structure_checks
+from eagle3_quant.validate.taps_report import candidate_rows, depth, served_view
+from eagle3_quant.validate.vllm_load import CHECK_NAME as VLLM_CHECK
+from eagle3_quant.validate.vllm_load import VllmLoadOptions, check_vllm_load
 
 FIDELITY_CHECKS = ("top1_agreement", "acceptance_ratio")
 
@@ -80,10 +79,10 @@ def _fidelity(art: Fp8Artifact, reference: DraftCheckpoint | None, calib: Calibr
                                                ("calibration data (--calib)", calib)) if v is None)
         return [skipped(name, f"needs {missing}") for name in FIDELITY_CHECKS], {}, []
     import torch
-    from eagle3_quant.validate.fidelity import calibration_fidelity
 
     from eagle3_quant.runtime.loading import load_draft
     from eagle3_quant.runtime.serving import serving_numerics
+    from eagle3_quant.validate.fidelity import calibration_fidelity
 
     embedding = _embedding(art, calib, target)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -116,9 +115,8 @@ def _fidelity(art: Fp8Artifact, reference: DraftCheckpoint | None, calib: Calibr
 def _sqnr(art: Fp8Artifact, reference: DraftCheckpoint | None, gates: Gates) -> tuple[Check, list[dict]]:
     if reference is None:
         return skipped("weight_sqnr", "needs a reference draft (--reference)"), []
-    from eagle3_quant.validate.fidelity import weight_sqnr
-
     from eagle3_quant.reading.artifact import smoothed_tensors
+    from eagle3_quant.validate.fidelity import weight_sqnr
 
     folded = smoothed_tensors(art.path)     # --smooth-alpha: these weights hold its scales, the reference does not
     layers = [layer for layer in weight_sqnr(art, reference) if layer["module"] + ".weight" not in folded]

@@ -46,6 +46,7 @@ FP8_GEMM_KERNEL = re.compile(r"Cijk_|gemm|cutlass|xmma|f8f8|scaled_mm|hipblaslt"
 def probe(out: Path, device: str, phase: str) -> dict:
     """One phase in this process: "evidence" (numerics + profiler) or "timing"."""
     import torch
+
     from eagle3_quant.validate.kernel_probe import numerics, profile_kernels, read_fp8_weights, time_linears
     from eagle3_quant.validate.platform import detect_platform
 

@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from eagle3_quant.validate.platform import Platform
 from safetensors import safe_open
 
 from eagle3_quant.reading.artifact import read_artifact
 from eagle3_quant.reading.layout import FUSED_GROUPS, MLA_FUSED_GROUPS
 from eagle3_quant.runtime import fp8
+from eagle3_quant.validate.platform import Platform
 
 NUMERICS_ROWS = (1, 16, 64)
 TIMING_BATCHES = (1, 2, 4, 8, 16, 32, 64)

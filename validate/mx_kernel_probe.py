@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from eagle3_quant.validate.platform import Platform
 from safetensors import safe_open
 
 from eagle3_quant.runtime import mx
+from eagle3_quant.validate.platform import Platform
 
 MX_GEMM_ROWS = (1, 16, 64)
 # max |out - ref| / max |ref|, as the FP8 path's GPU_TOLERANCE: bf16 output, another accumulation order; plus

@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import torch
-from eagle3_quant.validate.report import Check, failed, passed
 from safetensors import safe_open
 
 from eagle3_quant.runtime.mx import MX_BLOCK, element_bits_of
+from eagle3_quant.validate.report import Check, failed, passed
 
 if TYPE_CHECKING:
     from eagle3_quant.reading.artifact import Fp8Artifact

@@ -7,11 +7,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from eagle3_quant.validate.report import DEFAULT_K, Gates
-
 from eagle3_quant.errors import OptionsError
 from eagle3_quant.options import DEVICE_HELP, check_device, check_positive, option
 from eagle3_quant.records.validation_report import REPORT_NAME
+from eagle3_quant.validate.report import DEFAULT_K, Gates
 
 
 @dataclass(frozen=True)

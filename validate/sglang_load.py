@@ -22,9 +22,8 @@ import os
 import sys
 from pathlib import Path
 
-from eagle3_quant.validate.report import Check, failed, passed, skipped
-
 from eagle3_quant.engines.runner import ChildCommand, run_child
+from eagle3_quant.validate.report import Check, failed, passed, skipped
 
 CHECK = "sglang_load"
 LINEAR_TOLERANCE = 0.01          # max |SGLang - runtime| of a quantized linear, relative to its max |output|

@@ -8,13 +8,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from eagle3_quant.quantize.verify_export import same_bytes
-from eagle3_quant.validate.mx_structure import check_mx_weights
-from eagle3_quant.validate.report import Check, failed, passed, skipped
 from safetensors import safe_open
 
 from eagle3_quant.engines.vllm.loader_compat import check_loader_compat, loader_family
 from eagle3_quant.errors import ManifestError
+from eagle3_quant.quantize.verify_export import same_bytes
 from eagle3_quant.reading.artifact import (
     MX_ELEMENT_DTYPES,
     VOCAB_TENSORS,
@@ -30,6 +28,8 @@ from eagle3_quant.records.manifest import MANIFEST_NAME, Manifest
 from eagle3_quant.runtime.mx import packed_width
 from eagle3_quant.runtime.mx_loading import mx_unpacked_shape
 from eagle3_quant.taps.written_ids import apply_written
+from eagle3_quant.validate.mx_structure import check_mx_weights
+from eagle3_quant.validate.report import Check, failed, passed, skipped
 
 ROWS_PER_CHUNK = 4096
 SHOWN = 3

@@ -7,7 +7,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from eagle3_quant.calib.served import draft_view, target_layers
-
 from eagle3_quant.errors import DraftFormatError, Eagle3QuantError
 from eagle3_quant.reading.config import DraftConfig
 from eagle3_quant.records.calibration import CalibrationSet

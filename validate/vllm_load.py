@@ -16,9 +16,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from eagle3_quant.validate.report import Check, failed, passed, skipped
-
 from eagle3_quant.engines.runner import ChildCommand, run_child
+from eagle3_quant.validate.report import Check, failed, passed, skipped
 
 CHECK_NAME = "vllm_load"
 QUANTIZED_METHODS = ("QuarkLinearMethod",)

@@ -32,9 +32,8 @@ RUNS = (
 
 
 def measure(label: str, options: dict, calib: Path, workdir: Path, other: Path | None = None) -> dict:
-    from eagle3_quant.validate.api import validate_draft
-
     from eagle3_quant import quantize_draft
+    from eagle3_quant.validate.api import validate_draft
 
     started = time.perf_counter()
     out = workdir / label.split(" (")[0].replace(" ", "_").replace("--", "")

@@ -32,7 +32,6 @@ GROUPS = {"fused_qkv_a_proj": ("q_a_proj", "kv_a_proj_with_mqa"), "q_b_proj": ("
 
 def _fp8(linear: torch.nn.Linear, weight_only: bool) -> torch.nn.Module:
     from eagle3_quant.quantize.sensitivity import quark_weight
-
     from eagle3_quant.schemes import get_scheme
 
     w8, scale = quark_weight(linear.weight.detach().to(torch.bfloat16), get_scheme("ptpc_fp8"))

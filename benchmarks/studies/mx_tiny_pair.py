@@ -57,10 +57,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--json", type=Path)
     parser.add_argument("--only", action="append", help="run only these labels")
     args = parser.parse_args(argv)
+    from eagle3_quant import quantize_draft
     from eagle3_quant.quantize.sensitivity import measure_sensitivity
     from eagle3_quant.validate.api import validate_draft
-
-    from eagle3_quant import quantize_draft
 
     args.workdir.mkdir(parents=True, exist_ok=True)
     calib = calibration(args.workdir)

@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from eagle3_quant.taps.written_ids import apply_written
 from eagle3_quant.records.bench_run import BenchServeTaps, EngineAcceptance, EngineRatio, SequencesMatch
+from eagle3_quant.taps.written_ids import apply_written
 
 AS_SHIPPED = "reference_as_shipped"      # the run name of the reference with its own ids
 
