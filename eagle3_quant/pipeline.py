@@ -67,6 +67,7 @@ def run_calibrate(spec: PipelineSpec) -> str:
     if not c.data and not c.from_dump:
         raise _Skip("skipped", "no calibrate.data nor calibrate.from_dump: the validation runs its data-free checks "
                                "only")
+    from eagle3_quant.calib.target import target_name
     from eagle3_quant.records.calibration import load_calibration
 
     if (spec.calib / INDEX_NAME).is_file():
@@ -74,7 +75,7 @@ def run_calibrate(spec: PipelineSpec) -> str:
         if c.from_dump:
             if existing.info.extra.get("imported_from") == str(Path(c.from_dump).expanduser().resolve()):
                 raise _Skip("skipped", f"present: {existing.num_samples} samples imported from {c.from_dump}")
-        elif existing.num_samples >= c.num_samples and existing.info.target == spec.target:
+        elif existing.num_samples >= c.num_samples and existing.info.target == target_name(spec.target):
             raise _Skip("skipped", f"present: {existing.num_samples} samples, {existing.num_tokens} tokens")
     if c.from_dump:
         from eagle3_quant.calib.importer import import_calibration

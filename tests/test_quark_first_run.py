@@ -61,7 +61,7 @@ def test_fp8_paths_on_a_fresh_machine_compile_nothing_and_write_what_quark_write
     assert not list((tmp_path / "ext").rglob("*.so"))               # PTPC, static FP8, GPTQ: nothing compiled
     assert (tmp_path / "xdg" / "eagle3-quant" / "quark-expert-scan.json").is_file()
     # Quark's own call, imported plainly (machine caches), on the same draft and exclude list: the same bytes
-    subprocess.run([sys.executable, str(ROOT / "bench" / "bare_quark.py"), str(src), str(tmp_path / "bare"),
+    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bare_quark.py"), str(src), str(tmp_path / "bare"),
                     "fc", "lm_head"], check=True, capture_output=True, cwd=ROOT, timeout=1800)
     assert (tmp_path / "out" / "ptpc" / "model.safetensors").read_bytes() == \
         (tmp_path / "bare" / "model.safetensors").read_bytes()

@@ -20,8 +20,9 @@ UNPICKLERS = {("pickle", "load"), ("pickle", "loads"), ("pickle", "Unpickler"), 
 
 def shipped_sources() -> list[Path]:
     mapping = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
-    folders = {ROOT / folder for folder in mapping.values()} | {ROOT / "bench", ROOT / "fixtures"}
-    return sorted(p for folder in folders if folder.is_dir() for p in folder.rglob("*.py"))
+    folders = {ROOT / folder for folder in mapping.values()} | {ROOT / "benchmarks", ROOT / "fixtures"}
+    assert all(folder.is_dir() for folder in folders), sorted(str(f) for f in folders if not f.is_dir())
+    return sorted(p for folder in folders for p in folder.rglob("*.py"))
 
 
 def dotted(node: ast.AST) -> str:
