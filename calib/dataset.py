@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from eagle3_quant.errors import CalibrationDataError, SourceNotFoundError
+from eagle3_quant.reading.hub_reach import reach_hub
 
 CHAT_COLUMNS = ("messages", "conversations", "conversation")
 TEXT_COLUMNS = ("text",)
@@ -55,6 +56,7 @@ def load_rows(data: str, split: str = "train", subset: str | None = None):
             return datasets.load_dataset(str(path), subset, split=split)
         if not DATASET_ID.match(data):
             raise SourceNotFoundError("no such file or folder, and not a Hub dataset id", path=data)
+        reach_hub()
         return datasets.load_dataset(data, subset, split=split)
     except (CalibrationDataError, SourceNotFoundError):
         raise

@@ -12,6 +12,7 @@ from safetensors import safe_open
 from eagle3_quant.calib.lm_head import _tensor_files, argmax_logits, load_lm_head
 from eagle3_quant.errors import CheckpointFileError, SourceNotFoundError
 from eagle3_quant.reading.hub_errors import hub_failure
+from eagle3_quant.reading.hub_reach import reach_hub_for
 
 NORM_SUFFIX = "model.norm.weight"
 
@@ -34,6 +35,7 @@ class TargetHead:
 def _rms_norm_eps(target: str) -> float:
     from transformers import AutoConfig
 
+    reach_hub_for(target)
     try:
         text = AutoConfig.from_pretrained(target).get_text_config()
     except (OSError, ValueError) as exc:

@@ -107,6 +107,15 @@ def translate(exc: BaseException, token: str | None, endpoint: str, repo_id: str
     return HubError(f"cannot complete the Hub request at {endpoint}: {type(cause).__name__}: {detail}", path=where)
 
 
+def require_online(repo_id: str) -> None:
+    """Publishing needs the Hub: HF_HUB_OFFLINE is refused in one line before anything is written or sent."""
+    from huggingface_hub import constants
+
+    if constants.is_offline_mode():
+        raise HubUnreachableError("HF_HUB_OFFLINE is set: publishing needs the Hub", path=repo_id,
+                                  hint="unset HF_HUB_OFFLINE")
+
+
 class HubSession:
     """Calls into huggingface_hub with the token scrubbed from whatever comes back."""
 
@@ -115,6 +124,7 @@ class HubSession:
 
         self.token, self.repo_id = token, repo_id
         self.endpoint = constants.ENDPOINT
+        require_online(repo_id)
         self.api = HfApi(endpoint=self.endpoint, token=token)
 
     def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:

@@ -10,7 +10,7 @@ from pathlib import Path
 from eagle3_quant import __version__
 from eagle3_quant.errors import HubError, NotMeasuredError, NotValidatedError, PublishError
 from eagle3_quant.export.card import CARD_NAME, DraftCard, build_card, write_card
-from eagle3_quant.export.hub_session import TRANSIENT, HubSession, hub_session, resolve_token
+from eagle3_quant.export.hub_session import TRANSIENT, HubSession, hub_session, require_online, resolve_token
 from eagle3_quant.export.options import PushOptions
 from eagle3_quant.export.push_files import PushFile, files_to_send, same_as_remote
 from eagle3_quant.options import build_options
@@ -134,6 +134,7 @@ def push_draft(out: str | Path, repo_id: str, options: PushOptions | None = None
                           validation.state, True, 0)
 
     token = resolve_token()
+    require_online(repo_id)
     card = write_card(out, card)
     with hub_session(token, repo_id) as session:
         session.call(session.api.whoami)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import logging
+import shutil
 import time
 
 import pytest
@@ -133,3 +134,31 @@ def test_verbs_on_a_quantized_draft_name_the_unreachable_repo(quantized_tiny, ma
     code, _, err = run_cli(["push", make_out(), "--repo-id", REPO], capsys)
     line = _one_error_line(code, err, REPO, f"the Hub at {UNREACHABLE} cannot be reached")
     assert "hf_Test" not in line
+
+
+def test_an_unreachable_hub_ends_inspect_at_once_without_huggingface_hubs_retries(unreachable, monkeypatch,
+                                                                                capsys):
+    slept: list[float] = []
+    monkeypatch.setattr(time, "sleep", slept.append)      # huggingface_hub's backoff would sleep 1, 2, 4, 8, 8 s
+    started = time.monotonic()
+    code, _, err = run_cli(["inspect", REPO, "--target", "nobody-org/missing-target"], capsys)
+    _one_error_line(code, err, REPO, "cannot be reached")
+    assert slept == [] and "Retrying" not in err
+    assert time.monotonic() - started < 10
+
+
+def test_the_users_offline_mode_is_named_as_such(offline, capsys):
+    code, _, err = run_cli(["inspect", REPO, "--target", "nobody-org/missing-target"], capsys)
+    _one_error_line(code, err, REPO, "HF_HUB_OFFLINE is set")
+
+
+def test_push_under_the_users_offline_mode_is_refused_in_one_line(offline, tiny_pair, tmp_path, monkeypatch,
+                                                                  capsys):
+    monkeypatch.setenv("HF_TOKEN", "hf_not_used")
+    artifact = shutil.copytree(tiny_pair.fp8, tmp_path / "art")
+    before = sorted(p.name for p in artifact.iterdir())
+    code, _, err = run_cli(["push", artifact, "--repo-id", REPO, "--allow-unmeasured", "--allow-unvalidated"],
+                           capsys)
+    line = _one_error_line(code, err, REPO, "HF_HUB_OFFLINE is set: publishing needs the Hub")
+    assert "unset HF_HUB_OFFLINE" in line
+    assert sorted(p.name for p in artifact.iterdir()) == before          # no card written

@@ -9,9 +9,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from eagle3_quant.errors import Eagle3QuantError, HubError, SourceNotFoundError
+from eagle3_quant.reading.hub_reach import NETWORK_ERRORS, reach_hub, unreachable_reason
 
-NETWORK_ERRORS = ("ConnectError", "ConnectTimeout", "ConnectionError", "ReadTimeout", "TimeoutException",
-                  "NewConnectionError", "MaxRetryError", "RemoteProtocolError", "ProxyError")
 URL_REPO = re.compile(r"/(?:api/(?:models|datasets)/)?(?:datasets/)?([A-Za-z0-9][\w.-]*/[\w.-]+)"
                       r"/(?:resolve|revision|tree)/")
 
@@ -74,6 +73,10 @@ def hub_failure(exc: BaseException, repo_id: str | None = None) -> Eagle3QuantEr
             return SourceNotFoundError(f"no such revision on the Hub at {endpoint}", path=repo)
     offline_link = next((lk for lk in links if isinstance(lk, errors.OfflineModeIsEnabled)), None)
     local_miss = next((lk for lk in links if isinstance(lk, errors.LocalEntryNotFoundError)), None)
+    probed = unreachable_reason()
+    if probed is not None and (offline_link is not None or local_miss is not None):
+        return HubUnreachableError(f"the Hub at {endpoint} cannot be reached ({probed}) and nothing of it is in "
+                                   "the local Hub cache", path=repo)
     if offline_link is not None or (local_miss is not None and offline):
         return HubUnreachableError("HF_HUB_OFFLINE is set and nothing of it is in the local Hub cache (unset "
                                    "HF_HUB_OFFLINE to download it, or give a local folder)", path=repo)
@@ -93,7 +96,9 @@ def hub_failure(exc: BaseException, repo_id: str | None = None) -> Eagle3QuantEr
 
 @contextmanager
 def hub_reads(repo_id: str) -> Iterator[None]:
-    """Reads of `repo_id` from the Hub inside: a failure to reach or find it becomes one error naming it."""
+    """Reads of `repo_id` from the Hub inside: a failure to reach or find it becomes one error naming it (an
+    unreachable Hub is found out by one request first, `hub_reach.py`)."""
+    reach_hub()
     try:
         yield
     except Exception as exc:

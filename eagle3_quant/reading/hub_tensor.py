@@ -16,6 +16,7 @@ from pathlib import Path
 
 from eagle3_quant.errors import CheckpointFileError, DraftFormatError, SourceNotFoundError
 from eagle3_quant.reading.hub_errors import hub_failure
+from eagle3_quant.reading.hub_reach import reach_hub
 from eagle3_quant.reading.safetensors_header import MAX_HEADER_BYTES, TensorInfo, _parse_entry
 
 INDEX = "model.safetensors.index.json"
@@ -140,7 +141,7 @@ class _hub_errors:
         self.repo_id = repo_id
 
     def __enter__(self) -> None:
-        return None
+        reach_hub()
 
     def __exit__(self, kind, exc, tb) -> bool:
         if exc is None:

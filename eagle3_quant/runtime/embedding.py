@@ -11,6 +11,7 @@ from safetensors import safe_open
 from eagle3_quant.errors import DraftFormatError
 from eagle3_quant.reading.checkpoint import read_checkpoint
 from eagle3_quant.reading.hub_errors import hub_failure
+from eagle3_quant.reading.hub_reach import reach_hub
 from eagle3_quant.reading.repo_ids import is_repo_id
 
 EMBEDDING_SUFFIX = "embed_tokens.weight"
@@ -51,6 +52,7 @@ def _fetch_embedding_shard(repo_id: str, revision: str | None) -> tuple[Path, st
     from huggingface_hub import hf_hub_download, list_repo_files
     from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError
 
+    reach_hub()
     try:
         files = list_repo_files(repo_id, revision=revision)
         index = next((f for f in files if f.endswith(".safetensors.index.json")), None)
