@@ -159,3 +159,39 @@ def test_cli_calibrate_and_errors(tiny_target, tiny_draft, chat_jsonl, tmp_path,
     err = capsys.readouterr().err
     assert code.value.code == 2 and err.startswith("error: ") and err.strip().count("\n") == 0
     assert "no column 'prompt'" in err
+
+
+def test_a_disk_too_small_for_the_set_is_refused_before_anything_is_written(tiny_target, tiny_draft, chat_jsonl,
+                                                                            tmp_path, monkeypatch, capsys):
+    from eagle3_quant.util import resources
+
+    monkeypatch.setattr(resources, "free_disk_bytes", lambda folder: (20_000, folder))
+    out = tmp_path / "cal"
+    with pytest.raises(SystemExit) as exit_info:
+        main(["calibrate", str(out), "--target", str(tiny_target), "--draft", str(tiny_draft), "--data",
+              str(chat_jsonl), "--num-samples", "7", "--seq-len", "40", "--min-tokens", "4"])
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("error:")]
+    assert exit_info.value.code == 2 and len(lines) == 1, err
+    assert "the calibration set (280 positions x 4 taps x hidden 64 x 4 bytes) needs" in lines[0], lines[0]
+    assert "0.02 MB available" in lines[0] and "--num-samples" in lines[0]
+    assert list(tmp_path.iterdir()) == []                       # no OUT, no staging folder
+
+
+def test_a_resume_needs_room_for_the_shards_not_yet_written(tiny_target, tiny_draft, chat_jsonl, tmp_path,
+                                                            monkeypatch):
+    from eagle3_quant.calib.disk_room import staged_bytes
+    from eagle3_quant.util import resources
+
+    whole, out = interrupted_at_5(tiny_target, tiny_draft, chat_jsonl, tmp_path, monkeypatch)
+    written, total = staged_bytes(staging_dir(out)), whole.bytes
+    assert 0 < written < total
+    seen = []
+
+    def free(folder):
+        seen.append(folder)
+        return int((total - written) * 1.2 * resources.DISK_MARGIN), folder   # room for the rest, not for all
+
+    monkeypatch.setattr(resources, "free_disk_bytes", free)
+    resumed = calibrate_target(tiny_target, tiny_draft, chat_jsonl, out, **RUN)
+    assert seen and resumed.resumed_samples == 4 and resumed.samples == 7

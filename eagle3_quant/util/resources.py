@@ -52,11 +52,11 @@ def free_disk_bytes(folder: Path) -> tuple[int, Path]:
     return shutil.disk_usage(probe).free, probe
 
 
-def check_disk(folder: Path, needed: int, what: str) -> None:
+def check_disk(folder: Path, needed: int, what: str, hint: str = "free some space or choose another OUT") -> None:
     free, probe = free_disk_bytes(folder)
     if free < needed * DISK_MARGIN:
         raise ResourceError(f"{what} needs {gb(int(needed * DISK_MARGIN))} of free disk, {gb(free)} available",
-                            path=probe, hint="free some space or choose another OUT")
+                            path=probe, hint=hint)
 
 
 def check_memory(needed: int, what: str, where: Path | str | None = None) -> None:
