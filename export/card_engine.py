@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from eagle3_quant.records.bench_run import BenchServeTaps, EngineRun
-from eagle3_quant.util.formatting import NOT_MEASURED, interval
+from eagle3_quant.util.formatting import NOT_MEASURED, differences_text, engine_op, interval
 
 
 def _num(value: Any, spec: str) -> str | None:
@@ -31,6 +31,8 @@ def engine_rows(run: EngineRun | None) -> list[tuple[str, str]]:
     guesses = predicted.acceptance_length.to_dict() if predicted else {}
     rows = [("engine", f"{engine.distribution} {engine.version} on {engine.device}, {engine.dtype}; "
                        f"{prompts.count} prompts x {prompts.max_tokens} new tokens, k={run.k}, greedy")]
+    if run.target_precision is not None:
+        rows.append(("target as served", run.target_precision.describe()))
     for (name, row), label in zip(run.acceptance.items(), ("BF16 draft", "this draft"), strict=True):
         value = _num(row.acceptance_length, ".3f") or NOT_MEASURED
         per_position = " ".join(_num(x, ".3f") or "?" for x in row.per_position)
@@ -44,13 +46,19 @@ def engine_rows(run: EngineRun | None) -> list[tuple[str, str]]:
                  + (f"; validate predicted {guess}{_interval(predicted.interval)}" if guess else "")))
     rows.extend(_taps_rows(run.serve_taps))
     lossless = run.lossless
-    counts = [f"{name} {match.equal_sequences}/{match.sequences}" for name, match in lossless.drafts.items()]
+    counts = [f"{name} {match.equal_sequences}/{match.sequences}{differences_text(match)}"
+              for name, match in lossless.drafts.items()]
     verdict = "yes" if lossless.lossless else "NO"
-    rows.append(("greedy output with the draft equals without it", f"{verdict} ({', '.join(counts)} sequences)"))
+    rows.append(("lossless: greedy output with the draft equals without it (but for near ties of the target's "
+                 "top two)", f"{verdict} ({', '.join(counts)} sequences)"))
     if run.substituted_ops:
-        rows.append(("ops supplied in torch", ", ".join(f"`_C.{op}` ({row.why})"
-                                                        for op, row in run.substituted_ops.items())
-                     + ": the CUDA kernels' math, on this engine build only"))
+        rows.append(("engine ops done by other code", "; ".join(f"`{engine_op(op)}` ({row.why}): {row.with_}"
+                                                                for op, row in run.substituted_ops.items())
+                     + "; on this engine build only"))
+    if run.registered_kernels:
+        rows.append(("kernels registered", ", ".join(f"`{kernel}` ({row.kernel_type}, {row.platform})"
+                                                     for kernel, row in run.registered_kernels.items())
+                     + ": vLLM's own, for a platform that does not list them"))
     if run.speed.meaningful_for_gpu is False:
         rows.append(("tokens/s, speedup", "not measured on a CPU (one unwarmed pass per draft): not a GPU serving "
                      "speed, not shown"))

@@ -60,6 +60,7 @@ def ptpc(tiny_pair, tmp_path_factory):
     artifact = copy_artifact(tiny_pair.fp8, tmp_path_factory.mktemp("bench") / "ptpc")
     validate_draft(artifact, reference=tiny_pair.draft, calib=tiny_pair.calib, max_samples=4, kernel=False,
                    vllm=False, sglang=False)
+    (artifact.parent / ".ptpc.bench-none.log").write_text("an earlier failed run's log\n")
     return artifact, bench(artifact)
 
 
@@ -123,9 +124,37 @@ def test_bench_json_and_validation_report_hold_the_run_without_local_paths(ptpc,
     assert written["speed"]["meaningful_for_gpu"] is False and "say nothing" in written["speed"]["note"]
     assert written["speed"]["tokens_per_s"] is None and written["speed"]["speedup_over_no_draft"] is None
     assert written["concurrency_sweep"] == {"status": "not requested"}
+    assert not list(artifact.parent.glob(".ptpc.bench-*.log"))       # a run that succeeds leaves no log
     assert result.validation_note is None
     run = json.loads((artifact / "validation.json").read_text())["engine_run"]
     assert run["acceptance_ratio"]["ratio"] == result.ratio.ratio and run["engine"]["version"] == "0.32.0"
+
+
+@needs_engine
+def test_fp8_gemms_run_through_the_fp32_stand_in_checked_against_torchs_own(ptpc):
+    _, result = ptpc
+    gemm = result.record.substituted_ops["torch._scaled_mm"]
+    assert gemm.calls > 100 and gemm.compared_calls >= 4      # every FP8 linear of the artifact; first calls checked
+    assert gemm.max_abs_diff is not None and gemm.max_abs_diff < 1e-2
+    assert not result.record.registered_kernels               # PTPC needs no kernel vLLM's CPU list lacks
+
+
+@needs_engine
+def test_an_mx_artifact_runs_through_vllms_own_emulation_kernels(tiny_pair, tmp_path):
+    from eagle3_quant.quantize.api import quantize_draft
+
+    artifact = tmp_path / "w4a4"
+    quantize_draft(PAIR / "draft", artifact, scheme="w_mxfp4_a_mxfp4")
+    result = bench(artifact, predict=False, num_prompts=8, max_tokens=16)
+    record = result.record
+    assert set(record.registered_kernels) == {"EmulationMxfp4LinearKernel", "EmulationMxfp6LinearKernel"}
+    assert {row.platform for row in record.registered_kernels.values()} == {"cpu"}
+    ops = record.substituted_ops
+    assert ops["quark.torch.kernel.mx.qdq_mxfp4"].calls > 0 and "CPU" in ops["quark.torch.kernel.mx.qdq_mxfp4"].why
+    assert result.lossless and result.acceptance.artifact.drafts > 0
+    assert 0.7 < result.ratio.ratio < 1.1
+    written = json.loads((artifact / "bench.json").read_text())
+    assert written["registered_kernels"]["EmulationMxfp4LinearKernel"]["kernel_type"] == "mxfp4"
 
 
 @needs_engine
@@ -224,8 +253,12 @@ def test_an_engine_crash_is_one_line(tiny_pair, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("FAKE_ENGINE", "crash")
     code, err = run_cli(cli(artifact, "--engine-python", str(fake_engine(tmp_path))), capsys)
     line = one_error_line(err)
-    assert code == 2 and line.endswith("failed (exit status 1): RuntimeError: the engine exploded"), line
+    log = artifact.parent / ".a.bench-none.log"
+    assert code == 2 and line.endswith(f"failed (exit status 1): RuntimeError: the engine exploded (the engine's "
+                                       f"last log lines: {log})"), line
+    assert "INFO lots of engine log" in log.read_text()
     assert not (artifact / "bench.json").exists()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == [log.name]
 
 
 def test_an_engine_timeout_ends_its_processes(tiny_pair, tmp_path, monkeypatch, capsys):
@@ -234,7 +267,10 @@ def test_an_engine_timeout_ends_its_processes(tiny_pair, tmp_path, monkeypatch, 
     monkeypatch.setenv("FAKE_ENGINE", "hang")
     monkeypatch.setenv("FAKE_PIDS", str(pids))
     code, err = run_cli(cli(artifact, "--engine-python", str(fake_engine(tmp_path)), "--timeout", "5"), capsys)
-    assert code == 2 and "did not finish within 5 s (its processes were ended)" in one_error_line(err)
+    line = one_error_line(err)
+    log = artifact.parent / ".a.bench-none.log"
+    assert code == 2 and "did not finish within 5 s (its processes were ended)" in line and str(log) in line
+    assert log.is_file()
     assert not (artifact / "bench.json").exists()
     assert not any(alive(int(pid)) for pid in pids.read_text().split())
 

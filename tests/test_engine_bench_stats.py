@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 
 import pytest
 from bench_records import bench_json, engine_run_json
 
-from eagle3_quant.bench.api import engine_refusal, sweep_section
+from eagle3_quant.bench.api import engine_refusal, mx_emulation, sweep_section
 from eagle3_quant.bench.options import BenchOptions
 from eagle3_quant.bench.stats import (
     engine_acceptance,
@@ -56,8 +57,13 @@ def test_lossless_counts_equal_sequences():
     assert lossless([[1, 2], [4]], [[1, 2], [3]]).first_differing_prompt == 1
 
 
-def test_mx_is_refused_on_the_cpu_build_only():
-    assert "no MXFP4/MXFP6 linear kernel for its CPU platform" in engine_refusal(CPU, "w_mxfp4_a_mxfp4")
+def test_mx_on_the_cpu_build_needs_quark_in_the_engines_environment():
+    # MX on vLLM's CPU build: through vLLM's emulation kernels, which need amd-quark in the engine's environment
+    assert "make setup-engine" in engine_refusal(CPU, "w_mxfp4_a_mxfp4")
+    with_quark = dataclasses.replace(CPU, quark="0.13")
+    assert engine_refusal(with_quark, "w_mxfp4_a_mxfp4") is None
+    assert mx_emulation(with_quark, "w_mxfp4_a_mxfp4") and mx_emulation(with_quark, "w_mxfp6_e3m2_a_mxfp6_e3m2")
+    assert not mx_emulation(with_quark, "ptpc_fp8") and not mx_emulation(GPU, "w_mxfp4_a_mxfp4")
     assert engine_refusal(GPU, "w_mxfp4_a_mxfp4") is None
     assert engine_refusal(CPU, "ptpc_fp8") is None and engine_refusal(CPU, "fp8") is None
     assert engine_refusal(CPU, None) is None
@@ -130,3 +136,36 @@ def test_a_cpu_engine_reports_no_speed_and_a_gpu_engine_its_ratios():
     assert "note" not in gpu.to_dict() and cpu.to_dict()["note"] == cpu.note
     assert speed_line(gpu) == ("tokens/s: none 10.0, reference 2.0, artifact 20.0; speedup over no draft: "
                                "reference 0.20x, artifact 2.00x")
+
+
+def test_a_first_difference_is_a_near_tie_only_within_two_steps_of_the_dtype_between_the_top_two():
+    from eagle3_quant.bench.stats import dtype_step, lossless
+
+    assert dtype_step(20.0, "bfloat16") == 2.0 ** (4 - 7) and dtype_step(20.0, "float32") == 2.0 ** (4 - 23)
+    baseline = [[5, 6, 7], [5, 6, 7], [5, 6, 7], [1, 2, 3]]
+    outputs = [[5, 9, 7], [5, 8, 7], [5, 6, 7], [1, 2, 4]]
+    top = [[[[5, 20.0], [1, 19.0]], [[6, 20.125], [9, 20.0]], [[7, 3.0], [0, 1.0]]],     # 9: runner-up, 1 step
+           [[[5, 20.0], [1, 19.0]], [[6, 20.125], [9, 20.0]], [[7, 3.0], [0, 1.0]]],     # 8: not the runner-up
+           [[[5, 20.0], [1, 19.0]], [[6, 20.125], [9, 20.0]], [[7, 3.0], [0, 1.0]]],
+           [[[1, 9.0], [0, 8.0]], [[2, 9.0], [0, 8.0]], [[3, 9.0], [4, 8.0]]]]           # 4: runner-up, 16 steps
+    match = lossless(outputs, baseline, top, "bfloat16")
+    assert (match.equal_sequences, match.near_ties, match.real_differences, match.lossless) == (1, 1, 2, False)
+    tie, wrong_token, far = match.differences
+    assert (tie.prompt, tie.position, tie.without_draft, tie.with_draft, tie.kind) == (0, 1, 6, 9, "near tie")
+    assert tie.margin == 0.125 and tie.steps == 1.0
+    assert wrong_token.kind == "real" and (far.kind, far.steps) == ("real", 16.0)
+    only_ties = lossless(outputs[:1] + outputs[2:3], baseline[:1] + baseline[2:3], top[:1] + top[2:3])
+    assert only_ties.lossless and (only_ties.near_ties, only_ties.real_differences) == (1, 0)
+    assert lossless(outputs, baseline).near_ties is None and not lossless(outputs, baseline).lossless
+
+
+def test_a_classified_match_reads_and_writes_back_byte_for_byte():
+    from eagle3_quant.bench.stats import lossless
+    from eagle3_quant.records.bench_run import SequencesMatch, _Fields
+
+    match = lossless([[5, 9]], [[5, 6]], [[[[5, 2.0], [1, 1.0]], [[6, 2.0], [9, 2.0]]]])
+    data = json.loads(json.dumps(match.to_dict()))
+    assert data["near_ties"] == 1 and data["differences"][0]["kind"] == "near tie"
+    assert SequencesMatch.read(_Fields(data, None)).to_dict() == data
+    old = {"lossless": True, "equal_sequences": 2, "sequences": 2, "first_differing_prompt": None}
+    assert SequencesMatch.read(_Fields(old, None)).to_dict() == old          # records without it stay as they were

@@ -31,7 +31,7 @@ from eagle3_quant.bench.stats import (
 )
 from eagle3_quant.bench.taps import AS_SHIPPED, served_reference, taps_section
 from eagle3_quant.calib.engine_preflight import engine_preflight
-from eagle3_quant.calib.target import TargetSpec, check_target, read_target
+from eagle3_quant.calib.target import TargetSpec, check_servable, check_target, read_target, torch_has_gpu
 from eagle3_quant.engines.bench_result import result_problem
 from eagle3_quant.engines.environment import (
     VLLM_CHILDREN,
@@ -56,6 +56,7 @@ from eagle3_quant.records.bench_run import (
     Lossless,
     Prediction,
     PromptsRecord,
+    RegisteredKernel,
     SequencesMatch,
     SubstitutedOp,
     SweepPoint,
@@ -117,11 +118,17 @@ def engine_refusal(info: EngineInfo, scheme: str | None) -> str | None:
     why = known.why_not("vllm")
     if why:
         return why
-    if known.mx and info.cpu:
-        return (f"{info.distribution} {info.version} on a CPU cannot run {scheme}: vLLM lists no MXFP4/MXFP6 linear "
-                "kernel for its CPU platform (vllm/model_executor/kernels/linear); run bench on a GPU with "
-                "--engine-python")
+    if known.mx and info.cpu and not info.quark:
+        return (f"{info.distribution} {info.version} on a CPU runs {scheme} only through vLLM's MX emulation kernels, "
+                "which import amd-quark, and the engine's environment has none: `make setup-engine` installs it, "
+                "or pip install amd-quark into the --engine-python environment")
     return None
+
+
+def mx_emulation(info: EngineInfo, scheme: str | None) -> bool:
+    """Whether the engine child registers vLLM's MX emulation kernels for the CPU platform (which lists none)."""
+    known = SCHEMES.get(scheme) if scheme else None
+    return bool(info.cpu and known is not None and known.mx)
 
 
 def _command(python: EnginePython, info: EngineInfo) -> ChildCommand:
@@ -130,14 +137,18 @@ def _command(python: EnginePython, info: EngineInfo) -> ChildCommand:
 
 
 def _requests(opts: BenchOptions, target: TargetSpec, drafts: dict[str, Path | None], prompts: list[list[int]],
-              sweep: dict | None) -> dict[str, dict]:
+              sweep: dict | None, mx: bool, cpu: bool) -> dict[str, dict]:
+    """One engine request per draft; vLLM's MX emulation kernels for an MX artifact's run, and for every run when
+    the target itself is MX (on a CPU engine)."""
+    target_mx = cpu and target.precision.mx
     longest = max(len(p) for p in prompts) + opts.max_tokens + opts.k + 16
     if sweep:
         longest = max(longest, opts.input_len + opts.output_len + opts.k + 16)
     return {name: {"target": target.name, "draft": str(Path(draft).resolve()) if draft else None, "k": opts.k,
                    "dtype": opts.dtype, "prompts": prompts, "max_tokens": opts.max_tokens, "max_model_len": longest,
                    "max_num_seqs": max(opts.max_num_seqs, *opts.concurrency) if sweep else opts.max_num_seqs,
-                   "seed": opts.seed, "sweep": sweep}
+                   "seed": opts.seed, "sweep": sweep, "quantization": opts.target_quantization,
+                   "mx_emulation": (mx and name == "artifact") or target_mx, "top_logits": 2 if draft is None else 0}
             for name, draft in drafts.items()}
 
 
@@ -149,7 +160,7 @@ def _check_inputs(opts: BenchOptions, out: Path):
                                field="reference", hint="pass --reference with the BF16 draft")
     if not opts.target:
         raise OptionsError("bench runs the target in vLLM: name it", field="target", hint="pass --target")
-    target = read_target(opts.target)
+    target = read_target(opts.target, quantization=opts.target_quantization)
     check_target(target, art.config, str(out))
     check_target(target, reference.config, str(reference.path))
     return art, reference, target
@@ -157,18 +168,23 @@ def _check_inputs(opts: BenchOptions, out: Path):
 
 def _engine_result(run: ChildRun, command: ChildCommand, request: dict, target: TargetSpec, sweep: dict | None,
                    log: Path) -> dict:
-    """The child's result once it fits the schema (`bench_result.py`); else the engine's failure, in one line naming
-    the log of its last lines (kept beside OUT)."""
-    result = run.checked()
-    problem = result_problem(result, len(request["prompts"]), request["k"], target.vocab_size, sweep)
-    if problem is None:
-        return result
+    """The child's result once it fits the schema (`bench_result.py`); else the engine's failure (a crash, a timeout,
+    an error or a result bench cannot use), in one line naming the log of its last lines, kept beside OUT. One rule:
+    a failed run's log is kept and named; a run that succeeds removes the log an earlier failure left."""
+    if run.ok:
+        problem = result_problem(run.result, len(request["prompts"]), request["k"], target.vocab_size, sweep)
+        if problem is None:
+            log.unlink(missing_ok=True)
+            return run.result
+        message = f"{command.name} returned a result bench cannot use: {problem}"
+    else:
+        message = run.error
     try:
         log.write_text(run.stderr_tail + "\n")
         where = f"the engine's last log lines: {log}"
     except OSError as exc:
         where = f"its log could not be kept ({exc.strerror or exc})"
-    raise EngineError(f"{command.name} returned a result bench cannot use: {problem}", hint=where)
+    raise EngineError(message, hint=where)
 
 
 def sweep_section(opts: BenchOptions, info: EngineInfo, runs: dict[str, dict]) -> ConcurrencySweep:
@@ -216,6 +232,7 @@ def bench_draft(out: str | Path, options: BenchOptions | None = None, *, progres
     refusal = engine_refusal(info, scheme)
     if refusal:
         raise EngineError(refusal, path=out)
+    check_servable(target, info)
     files = artifact_digests(out)
     sweep = None
     if opts.concurrency and not info.cpu:
@@ -229,7 +246,8 @@ def bench_draft(out: str | Path, options: BenchOptions | None = None, *, progres
             drafts[AS_SHIPPED] = reference.path
         command = _command(python, info)
         runs = {}
-        for name, request in _requests(opts, target, drafts, prompts, sweep).items():
+        for name, request in _requests(opts, target, drafts, prompts, sweep, mx_emulation(info, scheme),
+                                       info.cpu).items():
             progress.say(f"vLLM {info.version} on {info.device}: {len(prompts)} prompts x {opts.max_tokens} "
                          f"tokens, draft: {name}")
             runs[name] = _engine_result(run_child(command, request, opts.timeout_s), command, request, target, sweep,
@@ -240,21 +258,36 @@ def bench_draft(out: str | Path, options: BenchOptions | None = None, *, progres
     measured = {name: engine_acceptance(runs[name]["counters"], counts[name], k) for name in drafted}
     acceptance = DraftPair(measured["reference"], measured["artifact"])
     ratio = paired_ratio(counts["reference"], counts["artifact"], opts.seed)
-    same_all = {name: lossless(runs[name]["outputs"], runs["none"]["outputs"]) for name in drafted}
+    top = runs["none"].get("top_logits")
+    same_all = {name: lossless(runs[name]["outputs"], runs["none"]["outputs"], top, opts.dtype) for name in drafted}
     same = DraftPair(same_all["reference"], same_all["artifact"])
     taps = taps_section(written, measured[AS_SHIPPED], measured["reference"],
                         paired_ratio(counts[AS_SHIPPED], counts["reference"], opts.seed),
                         same_all[AS_SHIPPED]) if written else None
-    predicted = None
-    if opts.predict:
+    predicted, skipped = None, prediction_refusal(target) if opts.predict else None
+    if opts.predict and skipped is None:
         progress.say("offline prediction (validate) on the same prompts and the engine's continuations")
         predicted = _prediction(out, reference.path, target, art.config, prompts, runs["none"]["outputs"], opts,
                                 ratio)
-    record = _record(opts, info, target, reference.path, prompt_source, prompts, runs, acceptance, ratio, same,
-                     predicted, files, time.perf_counter() - started, taps)
+    elif skipped:
+        progress.say(f"offline prediction not made: {skipped}")
+    record = replace(_record(opts, info, target, reference.path, prompt_source, prompts, runs, acceptance, ratio,
+                             same, predicted, files, time.perf_counter() - started, taps),
+                     target_precision=target.precision, prediction_skipped=skipped)
     path = record.write(out)
     note = record_engine_run(out, record.engine_run(), files)
     return BenchResult(path, info, record, note)
+
+
+def prediction_refusal(target: TargetSpec) -> str | None:
+    """Why the offline prediction cannot be made for this target (None: it can): it runs the target in transformers,
+    which reproduces neither vLLM's online quantization nor, on a CPU, Quark's MX kernels."""
+    precision = target.precision
+    if precision.online:
+        return f"transformers does not reproduce vLLM's online {precision.method} quantization of the target"
+    if precision.mx and not torch_has_gpu():
+        return "transformers runs a Quark MX target through Quark's GPU-only kernels"
+    return None
 
 
 def _prediction(out: Path, reference: Path, target: TargetSpec, config, prompts, continuations, opts: BenchOptions,
@@ -274,10 +307,8 @@ def _record(opts: BenchOptions, info: EngineInfo, target: TargetSpec, reference:
             prompts: list[list[int]], runs: dict[str, dict], acceptance: DraftPair[EngineAcceptance],
             ratio: EngineRatio, same: DraftPair[SequencesMatch], predicted: Prediction | None,
             files: dict[str, str], seconds: float, taps) -> BenchRun:
-    substituted = {op: row for name in DRAFTS for op, row in runs[name].get("substituted_ops", {}).items()
-                   if row["calls"]}
-    calls = {op: sum(runs[name].get("substituted_ops", {}).get(op, {}).get("calls", 0) for name in DRAFTS)
-             for op in substituted}
+    kernels = {kernel: RegisteredKernel(row["kernel_type"], row["platform"], row["why"])
+               for name in runs for kernel, row in runs[name].get("registered_kernels", {}).items()}
     return BenchRun(
         bench_version=BENCH_VERSION, created_at=datetime.now(UTC).isoformat(timespec="seconds"),
         artifact_files=files,
@@ -287,7 +318,22 @@ def _record(opts: BenchOptions, info: EngineInfo, target: TargetSpec, reference:
         k=opts.k, sampling="greedy (temperature 0, ignore_eos)", acceptance=acceptance, acceptance_ratio=ratio,
         lossless=Lossless(all(s.lossless for _, s in same.items()), same), predicted=predicted,
         speed=speed_section({name: runs[name] for name in DRAFTS}, info.cpu),
-        substituted_ops={op: SubstitutedOp(row["why"], calls[op], "torch code doing the CUDA kernel's math "
-                                           "(engines/vllm/serve_child.py)") for op, row in substituted.items()},
+        substituted_ops=substituted_ops(runs), registered_kernels=kernels,
         concurrency_sweep=sweep_section(opts, info, runs), wall_s=seconds, serve_taps=taps)
 
+
+def substituted_ops(runs: dict[str, dict]) -> dict[str, SubstitutedOp]:
+    """Every op the engine runs supplied and called: calls summed over the runs, compared calls too, the largest
+    difference of all."""
+    found: dict[str, list[dict]] = {}
+    for run in runs.values():
+        for op, row in run.get("substituted_ops", {}).items():
+            if row["calls"]:
+                found.setdefault(op, []).append(row)
+    merged = {}
+    for op, rows in found.items():
+        checked = [row for row in rows if row.get("compared_calls") is not None]
+        merged[op] = SubstitutedOp(rows[0]["why"], sum(row["calls"] for row in rows), rows[0]["with"],
+                                   sum(row["compared_calls"] for row in checked) if checked else None,
+                                   max(row["max_abs_diff"] for row in checked) if checked else None)
+    return merged

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from eagle3_quant.errors import OptionsError
 from eagle3_quant.options import DEVICE_HELP, check_device, check_positive, option
+from eagle3_quant.reading.target_precision import ONLINE_METHODS
 
 ENGINE_DTYPES = ("bfloat16", "float16")        # vLLM refuses float32 for Quark checkpoints
 
@@ -27,6 +28,9 @@ class BenchOptions:
     engine_python: str | None = option(None, "The Python of the vLLM environment (default: "
                                              "$EAGLE3_QUANT_ENGINE_PYTHON, else the project's .venv-engine from "
                                              "make setup-engine).", pipeline=False)
+    target_quantization: str | None = option(None, "Serve a BF16 target quantized by vLLM at load (vLLM's "
+                                                   "--quantization, e.g. fp8). A quantized checkpoint needs none: "
+                                                   "vLLM reads its quantization_config.")
     dtype: str = option("bfloat16", "The dtype vLLM serves the target and drafts in (bfloat16 or float16).")
     max_num_seqs: int = option(32, "vLLM's max_num_seqs: requests batched at once.")
     timeout_s: float = option(1800.0, "Seconds each engine run may take before it is ended.")
@@ -54,3 +58,6 @@ class BenchOptions:
         if not self.timeout_s > 0:
             raise OptionsError(f"must be > 0, got {self.timeout_s!r}", field="timeout_s")
         check_device(self.device)
+        if self.target_quantization is not None and self.target_quantization not in ONLINE_METHODS:
+            raise OptionsError(f"{self.target_quantization!r} is not one of {', '.join(ONLINE_METHODS)}",
+                               field="target_quantization")

@@ -10,11 +10,12 @@ resamples. The two are checked against each other.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 
-from eagle3_quant.records.bench_run import EngineAcceptance, EngineRatio, SequencesMatch, Speed
+from eagle3_quant.records.bench_run import EngineAcceptance, EngineRatio, FirstDifference, SequencesMatch, Speed
 
 BOOTSTRAP_RESAMPLES = 2000
 CONFIDENCE = 0.95
@@ -70,11 +71,46 @@ def paired_ratio(reference: list[PromptCounts], candidate: list[PromptCounts], s
     return EngineRatio(ratio, low, high, CONFIDENCE, METHOD)
 
 
-def lossless(outputs: list[list[int]], baseline: list[list[int]]) -> SequencesMatch:
-    """Greedy output with a draft against the output without one, token for token, per sequence."""
+NEAR_TIE_STEPS = 2        # a first difference within two steps of the engine dtype at the logits' size: numerics
+MANTISSA_BITS = {"bfloat16": 7, "float16": 10, "float32": 23}
+
+
+def dtype_step(value: float, dtype: str) -> float:
+    """The spacing of `dtype`'s numbers at |value| (the resolution a logit of that size is computed with)."""
+    size = abs(value)
+    exponent = math.floor(math.log2(size)) if size > 0 else -126
+    return 2.0 ** (exponent - MANTISSA_BITS.get(dtype, 7))
+
+
+def first_difference(prompt: int, output: list[int], baseline: list[int], top: list | None,
+                     dtype: str) -> FirstDifference:
+    """Where `output` (with a draft) first parts from `baseline` (without), told apart by the no-draft run's top two
+    logits there (`top`: per generated position [[id, logit], [id, logit]], top-1 first)."""
+    position = next((j for j, (a, b) in enumerate(zip(output, baseline, strict=False)) if a != b),
+                    min(len(output), len(baseline)))
+    with_draft = output[position] if position < len(output) else -1
+    without = baseline[position] if position < len(baseline) else -1
+    if not top or position >= len(top) or len(top[position]) < 2:
+        return FirstDifference(prompt, position, without, with_draft, None, None, "real")
+    (first_id, first_logit), (second_id, second_logit) = top[position][:2]
+    margin = first_logit - second_logit
+    steps = margin / dtype_step(max(abs(first_logit), abs(second_logit)), dtype)
+    tie = first_id == without and second_id == with_draft and steps <= NEAR_TIE_STEPS
+    return FirstDifference(prompt, position, without, with_draft, margin, steps, "near tie" if tie else "real")
+
+
+def lossless(outputs: list[list[int]], baseline: list[list[int]], top: list | None = None,
+             dtype: str = "bfloat16") -> SequencesMatch:
+    """Greedy output with a draft against the output without one, token for token, per sequence; with the no-draft
+    run's top logits (`top`, per prompt), each difference told apart (`first_difference`): only real ones count."""
     equal = [a == b for a, b in zip(outputs, baseline, strict=True)]
     first = next((i for i, same in enumerate(equal) if not same), None)
-    return SequencesMatch(all(equal), sum(equal), len(equal), first)
+    if top is None:
+        return SequencesMatch(all(equal), sum(equal), len(equal), first)
+    differences = tuple(first_difference(i, outputs[i], baseline[i], top[i], dtype)
+                        for i, same in enumerate(equal) if not same)
+    real = sum(d.kind == "real" for d in differences)
+    return SequencesMatch(real == 0, sum(equal), len(equal), first, len(differences) - real, real, differences)
 
 
 def throughput(run: dict) -> float | None:

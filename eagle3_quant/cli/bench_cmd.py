@@ -33,6 +33,7 @@ def bench_command(
     prompt_len: Annotated[int, typer.Option(help=help_of(B, "prompt_len"))] = default(B, "prompt_len"),
     k: Annotated[int, typer.Option("--k", help=help_of(B, "k"))] = default(B, "k"),
     engine_python: Annotated[str | None, typer.Option(help=help_of(B, "engine_python"))] = default(B, "engine_python"),
+    target_quantization: Annotated[str | None, typer.Option(help=help_of(B, "target_quantization"))] = None,
     dtype: Annotated[str, typer.Option(help=help_of(B, "dtype"))] = default(B, "dtype"),
     max_num_seqs: Annotated[int, typer.Option(help=help_of(B, "max_num_seqs"))] = default(B, "max_num_seqs"),
     timeout: Annotated[float, typer.Option(help=help_of(B, "timeout_s"))] = default(B, "timeout_s"),
@@ -52,7 +53,7 @@ def bench_command(
     options = B(target=target, reference=reference, prompts=prompts, num_prompts=num_prompts, max_tokens=max_tokens,
                 prompt_len=prompt_len, k=k, engine_python=engine_python, dtype=dtype, max_num_seqs=max_num_seqs,
                 timeout_s=timeout, predict=predict, device=device, concurrency=_levels(concurrency),
-                input_len=input_len, output_len=output_len, seed=seed)
+                input_len=input_len, output_len=output_len, seed=seed, target_quantization=target_quantization)
     progress = None
     if not as_json:
         from eagle3_quant.cli.progress import TerminalProgress

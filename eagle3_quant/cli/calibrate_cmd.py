@@ -91,6 +91,7 @@ def calibrate_command(
     max_num_seqs: Annotated[int | None, typer.Option(help=help_of(C, "max_num_seqs"))] = None,
     engine_args: Annotated[str | None, typer.Option(help=help_of(C, "engine_args") + " (JSON)")] = None,
     engine_timeout: Annotated[float, typer.Option(help=help_of(C, "engine_timeout"))] = default(C, "engine_timeout"),
+    target_quantization: Annotated[str | None, typer.Option(help=help_of(C, "target_quantization"))] = None,
 ) -> None:
     """Capture what the draft receives from its target (three aux hidden states, next tokens) into a
     calibration set: resumable, checked against the draft. Or import states dumped elsewhere (--from-dump)."""
@@ -124,7 +125,7 @@ def calibrate_command(
                     tensor_parallel_size=tensor_parallel_size, pipeline_parallel_size=pipeline_parallel_size,
                     enable_expert_parallel=enable_expert_parallel, max_model_len=max_model_len,
                     max_num_seqs=max_num_seqs, engine_args=_engine_args(engine_args), engine_timeout=engine_timeout,
-                    device=device, batch_size=batch_size, threads=threads)
+                    device=device, batch_size=batch_size, threads=threads, target_quantization=target_quantization)
         try:
             result = calibrate_target(target, draft, data, out, options, progress=progress)
         except KeyboardInterrupt:

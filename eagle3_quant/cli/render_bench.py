@@ -7,7 +7,7 @@ from rich.table import Table
 from eagle3_quant.cli.render import console
 from eagle3_quant.records.bench_run import BenchRun, Speed
 from eagle3_quant.records.validation_report import REPORT_NAME
-from eagle3_quant.util.formatting import interval, number
+from eagle3_quant.util.formatting import differences_text, engine_op, interval, number
 
 
 def _interval(ends: tuple | None) -> str:
@@ -30,6 +30,10 @@ def print_bench(result) -> None:
                   f"{engine.device}, {engine.dtype}; {prompts.count} prompts from "
                   f"{prompts.source}, {prompts.max_tokens} new tokens, k={report.k}, "
                   "greedy")
+    if report.target_precision is not None:
+        console.print(f"[bold]target[/] {report.target}: {report.target_precision.describe()}", markup=True)
+    if report.prediction_skipped:
+        console.print(f"offline prediction not made: {report.prediction_skipped}", markup=False)
     predicted = report.predicted
     table = Table(title="acceptance as vLLM counts it (1 + accepted / drafts)")
     for col in ("draft", "acceptance length", "per position", "drafts", "predicted (validate)"):
@@ -62,11 +66,17 @@ def print_bench(result) -> None:
                       "artifact with the BF16 draft given the same ids")
     lossless = report.lossless
     console.print("lossless (greedy output with the draft == without): " + "; ".join(
-        f"{name} {match.equal_sequences}/{match.sequences}" for name, match in lossless.drafts.items())
-        + ("" if lossless.lossless else "  [red]NOT lossless[/]"))
+        f"{name} {match.equal_sequences}/{match.sequences}{differences_text(match)}"
+        for name, match in lossless.drafts.items()) + ("" if lossless.lossless else "  [red]NOT lossless[/]"))
     console.print(speed_line(report.speed), markup=False)
     for op, row in report.substituted_ops.items():
-        console.print(f"substituted: _C.{op} ({row.why}): {row.with_}, called {row.calls} times")
+        checked = "" if row.compared_calls is None else \
+            f"; {row.compared_calls} calls compared with the original, max |diff| {row.max_abs_diff:.3g}"
+        console.print(f"substituted: {engine_op(op)} ({row.why}): {row.with_}, called {row.calls} times{checked}",
+                      markup=False)
+    for kernel, row in report.registered_kernels.items():
+        console.print(f"registered: {kernel} as a {row.kernel_type} kernel for vLLM's {row.platform} platform "
+                      f"({row.why})", markup=False)
     sweep = report.concurrency_sweep
     if sweep.status == "skipped":
         console.print(f"concurrency sweep: skipped: {sweep.reason}")

