@@ -7,16 +7,18 @@ import time
 from pathlib import Path
 
 from eagle3_quant.calib.backends import Backend
+from eagle3_quant.calib.disk_room import check_capture_room
 from eagle3_quant.calib.engine_preflight import check_writable, engine_preflight
 from eagle3_quant.calib.options import CalibrationOptions
 from eagle3_quant.calib.prompts import PromptSpec, sample_prompts
-from eagle3_quant.calib.result import CalibrationResult, estimate_bytes, set_bytes
+from eagle3_quant.calib.result import DTYPE_BYTES, CalibrationResult, estimate_bytes, set_bytes
 from eagle3_quant.calib.staging import ResumableOutput, check_inputs_apart, finished_set
-from eagle3_quant.calib.target import check_target, load_tokenizer, read_target
+from eagle3_quant.calib.target import check_servable, check_target, load_tokenizer, read_target
 from eagle3_quant.calib.transformers_capture import capture_with_transformers
 from eagle3_quant.calib.vllm_capture import capture_with_vllm, export_dir, find_vllm, with_engine
 from eagle3_quant.options import build_options
 from eagle3_quant.reading.draft import read_draft
+from eagle3_quant.reading.target_precision import TargetPrecision
 from eagle3_quant.records.calibration import CalibrationInfo, load_calibration
 from eagle3_quant.taps.capture import CapturePlan, capture_taps
 from eagle3_quant.taps.conventions import Taps
@@ -44,10 +46,11 @@ def calibrate_target(target: str | Path, draft: str | Path, data: str | Path, ou
     force = opts.force
     out = Path(out).expanduser().resolve()
     draft_ckpt = read_draft(draft, opts.revision)
-    spec = read_target(target, opts.trust_remote_code)
+    spec = read_target(target, opts.trust_remote_code, opts.target_quantization)
     check_inputs_apart(out, draft_ckpt.path, Path(spec.name))
     check_target(spec, draft_ckpt.config, str(draft_ckpt.path))
     plan = capture_taps(draft_ckpt.config, spec.num_layers, opts.engine, opts.tap_convention, opts.aux_layer_ids)
+    check_servable(spec, engine.info if engine else None)
     if engine:           # before the engine starts: what `bench` checks too (the taps were checked just above)
         tokenizer = engine_preflight(out, spec, {}, trust_remote_code=opts.trust_remote_code)
     else:
@@ -58,7 +61,7 @@ def calibrate_target(target: str | Path, draft: str | Path, data: str | Path, ou
     prompts = sample_prompts(prompt_spec, tokenizer)
     dtype = spec.dtype if opts.dtype == "auto" else opts.dtype
     info = _info(spec.name, draft_ckpt.source.describe(), plan, spec.hidden_size, dtype, prompt_spec,
-                 prompts.column.name, prompts.fingerprint())
+                 prompts.column.name, prompts.fingerprint(), spec.precision)
     info = with_engine(info, engine) if engine else info
 
     done = finished_set(out, info, force)
@@ -67,13 +70,15 @@ def calibrate_target(target: str | Path, draft: str | Path, data: str | Path, ou
         return _result(out, info, plan.taps, started, 0, 0, 0.0, 0, 0, done.num_samples)
 
     max_tokens = prompts.tokens + len(prompts.prompts) * opts.generate_tokens
+    est_bytes = estimate_bytes(max_tokens, spec.hidden_size, dtype, len(plan.indices))
     target_output = ResumableOutput(out, info, force, opts.shard_samples, opts.shard_bytes)
+    check_capture_room(out, target_output.staging, est_bytes, max_tokens, len(plan.indices), spec.hidden_size,
+                       DTYPE_BYTES[dtype], copies=2 if engine else 1)
     writer = target_output.open()
     try:
         if engine and force:      # under the run's lock: the engine's export of an earlier run starts over too
             shutil.rmtree(export_dir(out), ignore_errors=True)
         resumed = writer.count
-        est_bytes = estimate_bytes(max_tokens, spec.hidden_size, dtype, len(plan.indices))
         progress.say(_plan_text(spec, plan, prompts, max_tokens, est_bytes, resumed, target_output.staging))
         if writer.discarded:
             progress.say(f"{len(writer.discarded)} shard(s) of the interrupted run differ from the sha256 recorded "
@@ -92,12 +97,13 @@ def calibrate_target(target: str | Path, draft: str | Path, data: str | Path, ou
 
 
 def _info(target: str, draft: str, plan: CapturePlan, hidden: int, dtype: str, spec: PromptSpec,
-          column: str, fingerprint: str) -> CalibrationInfo:
+          column: str, fingerprint: str, precision: TargetPrecision) -> CalibrationInfo:
     extra = {"draft": draft, "tap_convention": plan.taps.convention.value, "draft_aux_layer_ids": list(plan.taps.ids),
              **plan.record.extra(),
              "column": column, "split": spec.split, "subset": spec.subset, "num_samples": spec.num_samples,
              "seq_len": spec.seq_len, "seed": spec.seed, "min_tokens": spec.min_tokens,
-             "generate_tokens": spec.generate_tokens, "prompts_sha256": fingerprint}
+             "generate_tokens": spec.generate_tokens, "prompts_sha256": fingerprint,
+             **({"target_precision": precision.to_dict()} if precision.quantized else {})}
     return CalibrationInfo(target, plan.indices, hidden, dtype, spec.data, extra)
 
 

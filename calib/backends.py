@@ -16,12 +16,14 @@ class Backend(StrEnum):
 DEFAULT_BACKEND = Backend.transformers.value
 # options of the vllm backend, and their defaults (any other value with the transformers backend is refused)
 VLLM_ONLY = {"engine_python": None, "tensor_parallel_size": 1, "pipeline_parallel_size": 1,
-             "enable_expert_parallel": False, "max_model_len": None, "max_num_seqs": None, "engine_args": None}
+             "enable_expert_parallel": False, "max_model_len": None, "max_num_seqs": None, "engine_args": None,
+             "target_quantization": None}
 # options of the transformers backend: refused with the vllm backend
 TRANSFORMERS_ONLY = ("max_memory", "device", "batch_size", "threads")
 # vllm.LLM arguments calibrate sets itself: not accepted in engine_args
 RESERVED_ENGINE_ARGS = ("model", "dtype", "speculative_config", "kv_transfer_config", "trust_remote_code", "seed",
-                        *(name for name in VLLM_ONLY if name not in ("engine_python", "engine_args")))
+                        "quantization", *(name for name in VLLM_ONLY
+                                          if name not in ("engine_python", "engine_args", "target_quantization")))
 
 
 def check_backend_options(opts) -> None:

@@ -9,6 +9,7 @@ from eagle3_quant.calib.dump_formats import DumpFormat
 from eagle3_quant.calib.target import DTYPE_NAMES
 from eagle3_quant.errors import CalibrationDataError
 from eagle3_quant.options import check_device, check_positive, option
+from eagle3_quant.reading.target_precision import ONLINE_METHODS
 from eagle3_quant.taps.conventions import TapConvention
 from eagle3_quant.taps.engine_rules import DEFAULT_ENGINE, Engine
 
@@ -63,6 +64,8 @@ class CalibrationOptions:
     max_num_seqs: int | None = option(None, "vllm backend: sequences vLLM runs at once (default: vLLM's).")
     engine_args: dict | None = option(None, "vllm backend: more vllm.LLM keyword arguments, e.g. "
                                             "{\"gpu_memory_utilization\": 0.85}.")
+    target_quantization: str | None = option(None, "vllm backend: serve a BF16 target quantized by vLLM at load "
+                                                   "(vLLM's --quantization, e.g. fp8), the target as it is served.")
     engine_timeout: float = option(6 * 3600.0, "vllm backend: seconds the engine run may take (load included).")
     device: str | None = option(None, "Where the target runs: cpu; cuda (its layers fill every GPU, then CPU RAM: "
                                       "accelerate's device_map auto; the default when there is a GPU, else the CPU); "
@@ -93,6 +96,9 @@ class CalibrationOptions:
         if self.dtype not in ("auto", *DTYPE_NAMES):
             raise CalibrationDataError(f"{self.dtype!r} is not one of auto, {', '.join(DTYPE_NAMES)}", field="dtype")
         check_backend_options(self)
+        if self.target_quantization is not None and self.target_quantization not in ONLINE_METHODS:
+            raise CalibrationDataError(f"{self.target_quantization!r} is not one of {', '.join(ONLINE_METHODS)}",
+                                       field="target_quantization")
 
 
 @dataclass(frozen=True)

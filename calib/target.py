@@ -4,11 +4,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from eagle3_quant.errors import CalibrationDataError, SourceNotFoundError, TargetMismatchError
 from eagle3_quant.reading.config import DraftConfig
 from eagle3_quant.reading.hub_errors import hub_failure
+from eagle3_quant.reading.hub_reach import reach_hub_for
 from eagle3_quant.reading.repo_ids import repo_id_problem
+from eagle3_quant.reading.target_precision import TargetPrecision, read_precision, serve_refusal
+
+if TYPE_CHECKING:
+    from eagle3_quant.engines.environment import EngineInfo
 
 DTYPE_NAMES = ("bfloat16", "float16", "float32")
 
@@ -21,6 +27,7 @@ class TargetSpec:
     vocab_size: int
     dtype: str             # the dtype its config declares (bfloat16 when it declares none we know)
     architecture: str
+    precision: TargetPrecision = TargetPrecision(None, "bfloat16", "bfloat16")   # as served (quantized or not)
 
 
 def target_name(target: str | Path) -> str:
@@ -33,11 +40,13 @@ def target_name(target: str | Path) -> str:
     return str(target)
 
 
-def read_target(target: str | Path, trust_remote_code: bool = False) -> TargetSpec:
-    """Read the target's config (no weights); the text part of a multimodal config."""
+def read_target(target: str | Path, trust_remote_code: bool = False, quantization: str | None = None) -> TargetSpec:
+    """Read the target's config (no weights); the text part of a multimodal config; its precision as served
+    (`quantization`: vLLM's online quantization of a BF16 target, e.g. "fp8")."""
     from transformers import AutoConfig
 
     name = target_name(target)
+    reach_hub_for(name)
     try:
         config = AutoConfig.from_pretrained(name, trust_remote_code=trust_remote_code)
     except (OSError, ValueError) as exc:
@@ -46,8 +55,13 @@ def read_target(target: str | Path, trust_remote_code: bool = False) -> TargetSp
     text = config.get_text_config()
     dtype = getattr(text, "dtype", None) or getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
     dtype = str(dtype).removeprefix("torch.") if dtype is not None else "bfloat16"
-    return TargetSpec(name, int(text.num_hidden_layers), int(text.hidden_size), int(text.vocab_size),
-                      dtype if dtype in DTYPE_NAMES else "bfloat16", (config.architectures or ["?"])[0])
+    dtype = dtype if dtype in DTYPE_NAMES else "bfloat16"
+    try:
+        precision = read_precision(config.to_dict(), quantization, dtype)
+    except ValueError as exc:
+        raise TargetMismatchError(str(exc), path=name, field="target_quantization") from None
+    return TargetSpec(name, int(text.num_hidden_layers), int(text.hidden_size), int(text.vocab_size), dtype,
+                      (config.architectures or ["?"])[0], precision)
 
 
 def check_target(spec: TargetSpec, draft: DraftConfig, draft_where: str) -> None:
@@ -63,9 +77,33 @@ def check_target(spec: TargetSpec, draft: DraftConfig, draft_where: str) -> None
             f"{spec.vocab_size}", path=draft_where, field="vocab_size", hint="is this the draft's target?")
 
 
+def check_servable(spec: TargetSpec, engine: EngineInfo | None) -> None:
+    """A quantized target the backend cannot run here is refused before any work: in vLLM's engine
+    (`engine`), what its platform cannot serve (`serve_refusal`); in transformers, an MX target on a CPU (Quark's
+    MXFP4 kernels are GPU-only and its torch path fails on bfloat16)."""
+    precision = spec.precision
+    if engine is not None:
+        why = serve_refusal(precision, engine.cpu, bool(engine.quark))
+    elif precision.mx and not torch_has_gpu():
+        why = ("transformers runs a Quark MX target through Quark's kernels, which are GPU-only (its torch path "
+               "fails on bfloat16 here); vLLM's engine runs it through its MX emulation kernels: add --backend vllm")
+    else:
+        why = None
+    if why:
+        raise TargetMismatchError(f"cannot run this {precision.describe()} target: {why}", path=spec.name,
+                                  field="target")
+
+
+def torch_has_gpu() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
 def load_tokenizer(spec: TargetSpec, trust_remote_code: bool = False):
     from transformers import AutoTokenizer
 
+    reach_hub_for(spec.name)
     try:
         return AutoTokenizer.from_pretrained(spec.name, trust_remote_code=trust_remote_code)
     except (OSError, ValueError) as exc:
@@ -90,6 +128,7 @@ def load_model(spec: TargetSpec, dtype: str, max_memory: dict | None = None, tru
         kwargs["device_map"] = "auto"
         if max_memory:
             kwargs["max_memory"] = max_memory
+    reach_hub_for(spec.name)
     model = AutoModelForCausalLM.from_pretrained(spec.name, **kwargs)
     return model.eval()
 

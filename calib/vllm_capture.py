@@ -121,10 +121,11 @@ def _run_engine(engine: VllmEngine, spec, taps: tuple[int, ...], dtype: str, opt
               **({"enable_expert_parallel": True} if opts.enable_expert_parallel else {}),
               **({"max_num_seqs": opts.max_num_seqs} if opts.max_num_seqs else {}),
               **({"enforce_eager": True} if engine.info.cpu else {}),      # what was measured on the CPU build
+              **({"quantization": opts.target_quantization} if opts.target_quantization else {}),
               **(opts.engine_args or {})}
     request = {"target": spec.name, "dtype": dtype, "layer_ids": list(taps), "samples": list(needed),
                "prompts": [list(p) for p in needed.values()], "max_tokens": opts.generate_tokens + 1,
-               "dump": str(folder), "engine": kwargs}
+               "dump": str(folder), "engine": kwargs, "mx_emulation": spec.precision.mx and engine.info.cpu}
     command = ChildCommand(engine.python.path, VLLM_CHILDREN / "export_child.py",
                            name=f"vLLM ({engine.info.distribution} {engine.info.version})",
                            env=engine_env(engine.info), unset=("PYTHONPATH",))
@@ -144,6 +145,11 @@ def _run_engine(engine: VllmEngine, spec, taps: tuple[int, ...], dtype: str, opt
     result = run.checked()
     for name, why in result.get("workarounds", {}).items():
         progress.say(f"vLLM workaround {name}: {why}")
+    for op, row in result.get("substituted_ops", {}).items():
+        if row.get("calls"):
+            progress.say(f"substituted {op} ({row['why']}): {row['with']}, called {row['calls']} times")
+    for kernel, row in result.get("registered_kernels", {}).items():
+        progress.say(f"registered {kernel} for vLLM's {row['platform']} platform: {row['why']}")
     return float(result["generate_s"])
 
 
