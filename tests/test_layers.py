@@ -221,3 +221,51 @@ def test_the_engines_wing_imports_only_the_core():
     stage_imports = [f"{name}: {target}" for name, path in mods.items() if name.startswith("eagle3_quant.engines.")
                      for _, target in imports(path, lazy) if group(target) != "core"]
     assert stage_imports == []
+
+
+# The core's own order: plain facts < util < reading < runtime, records < engines < taps < the core's top modules.
+# A folder imports only folders ranked below it (and itself); two folders of one rank do not import each other.
+CORE_RANKS = {"facts": 0, "util": 1, "reading": 2, "runtime": 3, "records": 3, "engines": 4, "taps": 5, "top": 6}
+FACTS = ("eagle3_quant.errors", "eagle3_quant.options", "eagle3_quant.schemes", "eagle3_quant.scheme_gates",
+         "eagle3_quant.lm_head_support")
+
+
+def core_folder(module: str) -> str:
+    parts = module.split(".")
+    if module in FACTS:
+        return "facts"
+    return parts[1] if len(parts) > 2 and parts[1] in CORE_RANKS else "top"
+
+
+def core_order_breaks(mods: dict[str, Path], lazy: dict[str, str]) -> list[str]:
+    bad = []
+    for name, path in sorted(mods.items()):
+        if group(name) != "core" or name == "eagle3_quant":
+            continue
+        mine = core_folder(name)
+        for line, target in imports(path, lazy, frozenset(mods)):
+            if target not in mods or group(target) != "core" or target == "eagle3_quant":
+                continue
+            theirs = core_folder(target)
+            if theirs != mine and CORE_RANKS[theirs] >= CORE_RANKS[mine]:
+                bad.append(f"{path.name}:{line}: {mine} imports {theirs} ({target})")
+    return bad
+
+
+def test_the_core_folders_import_only_downward():
+    assert core_order_breaks(modules(), lazy_table()) == []
+    assert {core_folder(m) for m in modules() if group(m) == "core"} == set(CORE_RANKS)
+
+
+@pytest.mark.parametrize("module, source, problem", [
+    ("eagle3_quant.reading.probe", "from eagle3_quant.records.manifest import Manifest\n",
+     "reading imports records"),
+    ("eagle3_quant.reading.probe", "def f():\n    from eagle3_quant.runtime import mx\n", "reading imports runtime"),
+    ("eagle3_quant.runtime.probe", "import eagle3_quant.records.calibration\n", "runtime imports records"),
+    ("eagle3_quant.util.probe", "from eagle3_quant.reading.config import DraftConfig\n", "util imports reading"),
+])
+def test_the_core_order_check_catches_an_import_against_it(tmp_path, module, source, problem):
+    probe = tmp_path / "probe.py"
+    probe.write_text(source)
+    mods = {**modules(), module: probe}
+    assert any(problem in line for line in core_order_breaks(mods, lazy_table()))

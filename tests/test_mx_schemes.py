@@ -176,7 +176,7 @@ def test_e8m0_and_e2m1_decoding():
 
 
 def test_static_mx_config_without_input_scale_is_refused_by_the_runtime(tmp_path):
-    from eagle3_quant.runtime.mx_loading import mx_input_kind
+    from eagle3_quant.reading.mx_layout import mx_input_kind
 
     with pytest.raises(DraftFormatError, match="no input_scale"):
         mx_input_kind({"quantization_config": _qc(MXFP4_W, {"dtype": "fp8_e4m3", "qscheme": "per_tensor",

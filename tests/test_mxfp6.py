@@ -199,7 +199,7 @@ def test_vllm_own_code_loads_the_mxfp6_artifacts_with_its_emulation_kernel(fp6_r
 
 def test_the_runtime_reads_the_mxfp6_input_kind_and_refuses_what_no_engine_runs(tmp_path):
     from eagle3_quant.errors import DraftFormatError
-    from eagle3_quant.runtime.mx_loading import mx_input_kind
+    from eagle3_quant.reading.mx_layout import mx_input_kind
 
     def config(inputs):
         return {"quantization_config": {"global_quant_config": {"weight": _fp6_weight("fp6_e3m2"),

@@ -11,9 +11,9 @@ from safetensors import safe_open
 
 from eagle3_quant.reading.artifact import Fp8Artifact
 from eagle3_quant.reading.draft import DraftCheckpoint
+from eagle3_quant.reading.mx_layout import mx_unpacked_shape
 from eagle3_quant.runtime.acceptance import Fidelity, calibration_fidelity
 from eagle3_quant.runtime.mx import dequantize_mx
-from eagle3_quant.runtime.mx_loading import mx_unpacked_shape
 
 __all__ = ["Fidelity", "calibration_fidelity", "sqnr_db", "weight_sqnr"]
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import torch
 from safetensors import safe_open
 
-from eagle3_quant.runtime.mx import MX_BLOCK, element_bits_of
+from eagle3_quant.reading.mx_format import MX_BLOCK, element_bits_of
 from eagle3_quant.validate.report import Check, failed, passed
 
 if TYPE_CHECKING:

@@ -5,28 +5,19 @@ Every check collects all its problems (the first few are named) instead of stopp
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import torch
 from safetensors import safe_open
 
 from eagle3_quant.engines.vllm.loader_compat import check_loader_compat, loader_family
-from eagle3_quant.errors import ManifestError
 from eagle3_quant.quantize.verify_export import same_bytes
-from eagle3_quant.reading.artifact import (
-    MX_ELEMENT_DTYPES,
-    VOCAB_TENSORS,
-    Fp8Artifact,
-    pruned_vocab,
-    smoothed_tensors,
-    written_taps,
-)
+from eagle3_quant.reading.artifact import MX_ELEMENT_DTYPES, Fp8Artifact
 from eagle3_quant.reading.draft import DraftCheckpoint
+from eagle3_quant.reading.mx_format import packed_width
+from eagle3_quant.reading.mx_layout import mx_unpacked_shape
 from eagle3_quant.reading.safetensors_header import FLOAT_DTYPES, FP8_DTYPES, TensorInfo
 from eagle3_quant.reading.scale_names import WRITTEN_SCALE_SUFFIXES
-from eagle3_quant.records.manifest import MANIFEST_NAME, Manifest
-from eagle3_quant.runtime.mx import packed_width
-from eagle3_quant.runtime.mx_loading import mx_unpacked_shape
+from eagle3_quant.records.artifact import VOCAB_TENSORS, QuantizedArtifact
+from eagle3_quant.records.manifest import MANIFEST_NAME
 from eagle3_quant.taps.written_ids import apply_written
 from eagle3_quant.validate.mx_structure import check_mx_weights
 from eagle3_quant.validate.report import Check, failed, passed, skipped
@@ -113,15 +104,16 @@ def check_finite(art: Fp8Artifact) -> Check:
     return passed("finite", f"no NaN/Inf (FP8 NaN encodings included) in {checked} float tensors")
 
 
-def check_unchanged(art: Fp8Artifact, reference: DraftCheckpoint | None) -> Check:
+def check_unchanged(artifact: QuantizedArtifact, reference: DraftCheckpoint | None) -> Check:
     if reference is None:
         return skipped("unchanged_parts", "no reference draft (--reference, or a local source in the manifest)")
+    art = artifact.files
     ref, out = reference.checkpoint.tensors, art.checkpoint.tensors
     scales = {f"{m}.{s}" for m in art.fp8_modules for s in WRITTEN_SCALE_SUFFIXES}
-    pruned = pruned_vocab(art.path)
+    pruned = artifact.pruned_vocab
     # a pruned vocabulary: lm_head/d2t/t2d were compared with the pruned source by the export verification
     # smoothing folded exact power-of-two scales into some BF16 tensors: compared with the smoothed source at export
-    folded = smoothed_tensors(art.path)
+    folded = artifact.smoothed_tensors
     skip = scales | (VOCAB_TENSORS if pruned is not None else set()) | folded
     problems, same = [], 0
     for name in sorted(set(ref) - set(out) - skip):
@@ -167,7 +159,8 @@ def _mx_packing_problems(art: Fp8Artifact, element: str) -> list[str]:
     return problems[:1]
 
 
-def _config_problems(art: Fp8Artifact, reference: DraftCheckpoint | None) -> list[str]:
+def _config_problems(artifact: QuantizedArtifact, reference: DraftCheckpoint | None) -> list[str]:
+    art = artifact.files
     qc, problems = art.quant_config, []
     if not qc:
         return ["config.json has no quantization_config"]
@@ -186,16 +179,16 @@ def _config_problems(art: Fp8Artifact, reference: DraftCheckpoint | None) -> lis
     if not dynamic and len(static_modules) != len(art.fp8_modules):
         problems.append("inputs are declared static but some FP8 linears have no input_scale")
     if reference is not None:        # the reference's keys, with the ids --serve-taps wrote
-        ref_raw = apply_written(dict(reference.config.raw), written_taps(art.path))
-        pruned = {"draft_vocab_size"} if pruned_vocab(art.path) is not None else set()
+        ref_raw = apply_written(dict(reference.config.raw), artifact.written_taps)
+        pruned = {"draft_vocab_size"} if artifact.pruned_vocab is not None else set()
         for key in sorted(set(ref_raw) | set(art.raw_config) - {"quantization_config"} - pruned):
             if key not in pruned | {"quantization_config"} and ref_raw.get(key) != art.raw_config.get(key):
                 problems.append(f"config key {key!r} differs from the reference")
     return problems
 
 
-def check_config(art: Fp8Artifact, reference: DraftCheckpoint | None) -> Check:
-    problems = _config_problems(art, reference)
+def check_config(artifact: QuantizedArtifact, reference: DraftCheckpoint | None) -> Check:
+    problems = _config_problems(artifact, reference)
     if problems:
         return failed("config_consistency", _listed(problems))
     return passed("config_consistency", "quantization_config agrees with the tensors on disk"
@@ -213,19 +206,19 @@ def check_loader(art: Fp8Artifact) -> Check:
                                    f"{', '.join(map(str, result.depths))}")
 
 
-def check_manifest(out: Path) -> Check:
-    if not (out / MANIFEST_NAME).is_file():
+def check_manifest(artifact: QuantizedArtifact) -> Check:
+    manifest = artifact.manifest
+    if artifact.manifest_error is not None:
+        return failed("manifest", str(artifact.manifest_error))
+    if manifest is None:
         return skipped("manifest", f"no {MANIFEST_NAME} (not written by eagle3-quant quantize)")
-    try:
-        manifest = Manifest.read(out)
-    except ManifestError as exc:
-        return failed("manifest", str(exc))
-    problems = manifest.output_problems(out)
+    problems = artifact.manifest_problems()
     if problems:
         return failed("manifest", _listed(problems))
     return passed("manifest", f"{len(manifest.outputs)} files match the sha256 recorded at export")
 
 
-def structure_checks(art: Fp8Artifact, reference: DraftCheckpoint | None) -> list[Check]:
-    return [check_fp8_weights(art), check_finite(art), check_unchanged(art, reference), check_config(art, reference),
-            check_loader(art), check_manifest(art.path)]
+def structure_checks(artifact: QuantizedArtifact, reference: DraftCheckpoint | None) -> list[Check]:
+    art = artifact.files
+    return [check_fp8_weights(art), check_finite(art), check_unchanged(artifact, reference),
+            check_config(artifact, reference), check_loader(art), check_manifest(artifact)]

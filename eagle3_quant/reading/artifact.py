@@ -1,7 +1,7 @@
-"""One FP8 or MX draft folder as written by `quantize`, read back: its tensors, config, which linears are quantized,
-what its manifest says was done to it (vocabulary pruning, smoothing, serve taps), and its BF16 reference.
+"""One FP8 or MX draft folder as written by `quantize`, read back from its files: its tensors, config and which
+linears are quantized. What its manifest says was done to it, and its BF16 reference: `records/artifact.py`.
 
-Everything that reads an artifact (validate, bench, the engines' loader children) reads it through here.
+Everything that reads an artifact (validate, bench, the engines' loader children) reads its files through here.
 """
 
 from __future__ import annotations
@@ -10,17 +10,15 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
-from eagle3_quant.errors import DraftFormatError, ManifestError
 from eagle3_quant.reading.checkpoint import Checkpoint, read_checkpoint
-from eagle3_quant.reading.config import DraftConfig, load_config_file, parse_config
-from eagle3_quant.reading.draft import DraftCheckpoint
+from eagle3_quant.reading.config import DraftConfig, parse_config, read_config_file
 from eagle3_quant.reading.formats import detect_format
 from eagle3_quant.reading.layout import DraftLayout, build_layout
+from eagle3_quant.reading.mx_format import ELEMENT_BITS
+from eagle3_quant.reading.mx_layout import mx_modules, mx_unpacked_shape, mx_weight_element
 from eagle3_quant.reading.safetensors_header import FP8_DTYPES
 from eagle3_quant.reading.scale_names import WRITTEN_SCALE_SUFFIXES
-from eagle3_quant.records.manifest import Manifest
-from eagle3_quant.runtime.mx import ELEMENT_BITS
-from eagle3_quant.runtime.mx_loading import mx_modules, mx_unpacked_shape, mx_weight_element
+from eagle3_quant.util.hashing import FileDigest
 
 MX_ELEMENT_DTYPES = tuple(ELEMENT_BITS)
 
@@ -36,6 +34,7 @@ class Fp8Artifact:
     layout: DraftLayout
     fp8_modules: tuple[str, ...]          # every quantized linear: FP8, or packed MX when `mx_modules` names it
     mx_modules: tuple[str, ...] = ()
+    config_digest: FileDigest | None = None   # of the config.json bytes `raw_config` was parsed from
 
     @property
     def quant_config(self) -> dict:
@@ -53,7 +52,7 @@ class Fp8Artifact:
 
 def read_artifact(out: Path) -> Fp8Artifact:
     """Headers and config of OUT; the draft's layout is checked as if its FP8 weights were BF16."""
-    raw = load_config_file(out / "config.json")
+    raw, config_digest = read_config_file(out / "config.json")
     checkpoint = read_checkpoint(out)
     mx = tuple(sorted(mx_modules(checkpoint.tensors, out)))
     fp8 = tuple(sorted({n.removesuffix(".weight") for n, i in checkpoint.tensors.items() if i.dtype in FP8_DTYPES}
@@ -68,54 +67,4 @@ def read_artifact(out: Path) -> Fp8Artifact:
     float_raw = {k: v for k, v in raw.items() if k != "quantization_config"}
     config = parse_config(float_raw, fmt, out / "config.json")
     layout = build_layout(fmt, config, view, str(out))
-    return Fp8Artifact(out, checkpoint, raw, config, layout, fp8, mx)
-
-
-VOCAB_TENSORS = frozenset({"lm_head.weight", "d2t", "t2d"})
-
-
-def pruned_vocab(out: Path) -> int | None:
-    """The draft vocabulary `quantize --draft-vocab` pruned OUT to (its manifest says), else None."""
-    try:
-        return int((Manifest.read(out).vocab_pruning or {})["draft_vocab"])
-    except (ManifestError, KeyError, TypeError, ValueError):
-        return None
-
-
-def written_taps(out: Path) -> dict:
-    """The aux layer ids `quantize --serve-taps trained` wrote into OUT's config (its manifest says), else {}."""
-    try:
-        record = Manifest.read(out).serve_taps
-    except ManifestError:
-        return {}
-    return dict(record.written) if record is not None else {}
-
-
-def smoothed_tensors(out: Path) -> set[str]:
-    """The BF16 tensors `quantize --smooth-alpha` folded its scales into (its manifest says)."""
-    try:
-        return {str(n) for n in (Manifest.read(out).smoothing or {}).get("folded_tensors", [])}
-    except (ManifestError, TypeError, AttributeError):
-        return set()
-
-
-def read_reference(reference: Path | None, out: Path) -> DraftCheckpoint | None:
-    """The BF16 draft to compare with: the one given, else the manifest's local source if it still exists."""
-    from eagle3_quant.reading.draft import read_draft
-    from eagle3_quant.records.public_names import recorded_source_path
-
-    if reference is not None:
-        return read_draft(reference)
-    source = recorded_source_path(out)
-    if source is None:    # outputs written before the local record: an absolute path in the manifest
-        try:
-            source = Manifest.read(out).source.path
-        except ManifestError:
-            return None
-        source = source if Path(source).is_absolute() else None
-    if source and Path(source).is_dir():
-        try:
-            return read_draft(source)
-        except DraftFormatError:
-            return None
-    return None
+    return Fp8Artifact(out, checkpoint, raw, config, layout, fp8, mx, config_digest)

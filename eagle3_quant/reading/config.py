@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -11,7 +12,8 @@ from typing import Any
 from eagle3_quant.errors import DraftFormatError, UnsupportedSourceError
 from eagle3_quant.reading.families import DraftFamily, MlaDims, detect_family
 from eagle3_quant.reading.formats import DraftFormat
-from eagle3_quant.reading.limits import load_json_file
+from eagle3_quant.reading.limits import json_from_bytes, read_limited_bytes
+from eagle3_quant.util.hashing import FileDigest
 
 MAX_DIM = 1 << 17        # hidden / intermediate sizes beyond this are not a draft
 MAX_VOCAB = 1 << 22
@@ -49,12 +51,22 @@ class DraftConfig:
 
 
 def load_config_file(path: Path) -> dict:
+    return read_config_file(path)[0]
+
+
+def read_config_file(path: Path) -> tuple[dict, FileDigest]:
+    """config.json's object and the digest of the very bytes it was parsed from (one read of the file)."""
     if not path.is_file():
         raise DraftFormatError("config.json is missing", path=path.parent)
     try:
-        raw = load_json_file(path)
+        data = read_limited_bytes(path)
     except OSError as exc:
         raise DraftFormatError(f"cannot read: {exc.strerror or exc}", path=path) from exc
+    raw = json_from_bytes(data, path)
+    return _checked_config(raw, path), FileDigest(path.name, len(data), hashlib.sha256(data).hexdigest())
+
+
+def _checked_config(raw, path: Path) -> dict:
     if not isinstance(raw, dict):
         raise DraftFormatError("not a JSON object", path=path)
     for key, expected, ok in _TOP_LEVEL_TYPES:

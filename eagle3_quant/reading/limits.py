@@ -17,14 +17,20 @@ MAX_YAML_BYTES = 1024 * 1024               # pipeline files
 MAX_DEPTH = 64                             # nesting of objects/lists; real files nest < 10 deep
 
 
-def read_limited_text(path: Path, max_bytes: int = MAX_CONFIG_BYTES, error: type[Eagle3QuantError] = DraftFormatError
-                      ) -> str:
-    """The file's UTF-8 text, refused when larger than `max_bytes` (read at most that much + 1)."""
+def read_limited_bytes(path: Path, max_bytes: int = MAX_CONFIG_BYTES,
+                       error: type[Eagle3QuantError] = DraftFormatError) -> bytes:
+    """The file's bytes, refused when larger than `max_bytes` (read at most that much + 1)."""
     with Path(path).open("rb") as fh:
         data = fh.read(max_bytes + 1)
     if len(data) > max_bytes:
         raise error(f"larger than {max_bytes} bytes: refused (not a file this tool writes or reads)", path=path)
-    return data.decode("utf-8")
+    return data
+
+
+def read_limited_text(path: Path, max_bytes: int = MAX_CONFIG_BYTES, error: type[Eagle3QuantError] = DraftFormatError
+                      ) -> str:
+    """The file's UTF-8 text, refused when larger than `max_bytes` (read at most that much + 1)."""
+    return read_limited_bytes(path, max_bytes, error).decode("utf-8")
 
 
 def refuse_constant(name: str) -> Any:
@@ -92,8 +98,12 @@ def loads_strict(text: str, where: Path | str, error: type[Eagle3QuantError] = D
 
 def load_json_file(path: Path, error: type[Eagle3QuantError] = DraftFormatError,
                    max_bytes: int = MAX_CONFIG_BYTES) -> Any:
+    return json_from_bytes(read_limited_bytes(path, max_bytes, error), path, error)
+
+
+def json_from_bytes(data: bytes, path: Path, error: type[Eagle3QuantError] = DraftFormatError) -> Any:
     try:
-        text = read_limited_text(path, max_bytes, error)
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise error(f"not UTF-8 text ({exc.reason})", path=path) from None
     return loads_strict(text, path, error)

@@ -41,6 +41,7 @@ from typing import Any, Generic, TypeVar
 from eagle3_quant.errors import BenchRecordError, Eagle3QuantError
 from eagle3_quant.reading.limits import load_json_file
 from eagle3_quant.reading.target_precision import TargetPrecision
+from eagle3_quant.records.fields import RecordFields
 from eagle3_quant.util.json_values import json_safe
 
 BENCH_NAME = "bench.json"
@@ -49,116 +50,11 @@ BENCH_VERSION = 1
 T = TypeVar("T")
 
 
-@dataclass(frozen=True)
-class _Fields:
-    """One JSON object being read: every getter names the file and the dotted field when the value is wrong."""
-
-    data: dict
-    path: Path | None
-    at: str = ""
-
-    def name(self, key: str) -> str:
-        return f"{self.at}.{key}" if self.at else key
-
-    def fail(self, key: str, what: str) -> BenchRecordError:
-        return BenchRecordError(f"is not {what}", path=self.path, field=self.name(key))
-
-    def has(self, key: str) -> bool:
-        return key in self.data
-
-    def raw(self, key: str) -> Any:
-        if key not in self.data:
-            raise BenchRecordError("is missing", path=self.path, field=self.name(key))
-        return self.data[key]
-
-    def object(self, key: str) -> _Fields:
-        value = self.raw(key)
-        if not isinstance(value, dict):
-            raise self.fail(key, "an object")
-        return _Fields(value, self.path, self.name(key))
-
-    def optional_object(self, key: str) -> _Fields | None:
-        return None if self.data.get(key) is None else self.object(key)
-
-    def text(self, key: str) -> str:
-        value = self.raw(key)
-        if not isinstance(value, str):
-            raise self.fail(key, "a string")
-        return value
-
-    def optional_text(self, key: str) -> str | None:
-        return None if self.data.get(key) is None else self.text(key)
-
-    def integer(self, key: str) -> int:
-        value = self.raw(key)
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise self.fail(key, "an integer")
-        return value
-
-    def optional_integer(self, key: str) -> int | None:
-        return None if self.data.get(key) is None else self.integer(key)
-
-    def flag(self, key: str) -> bool:
-        value = self.raw(key)
-        if not isinstance(value, bool):
-            raise self.fail(key, "true or false")
-        return value
-
-    def optional_flag(self, key: str) -> bool | None:
-        return None if self.data.get(key) is None else self.flag(key)
-
-    def number(self, key: str) -> float | None:
-        """A measurement: a number, or null where there was nothing to measure (it was NaN)."""
-        value = self.raw(key)
-        if value is not None and not _is_number(value):
-            raise self.fail(key, "a number or null")
-        return value
-
-    def numbers(self, key: str) -> tuple[float | None, ...]:
-        value = self.raw(key)
-        if not isinstance(value, list) or not all(v is None or _is_number(v) for v in value):
-            raise self.fail(key, "a list of numbers")
-        return tuple(value)
-
-    def optional_numbers(self, key: str) -> tuple[float | None, ...] | None:
-        return None if self.data.get(key) is None else self.numbers(key)
-
-    def interval(self, key: str) -> tuple[float | None, float | None] | None:
-        value = self.data.get(key)
-        if value is None:
-            return None
-        if not isinstance(value, list) or len(value) != 2 or not all(v is None or _is_number(v) for v in value):
-            raise self.fail(key, "an interval [low, high]")
-        return value[0], value[1]
-
-    def numbers_by_name(self, key: str) -> dict[str, float | None] | None:
-        value = self.data.get(key)
-        if value is None:
-            return None
-        if not isinstance(value, dict) or not all(v is None or _is_number(v) for v in value.values()):
-            raise self.fail(key, "an object of numbers")
-        return dict(value)
-
-    def texts_by_name(self, key: str) -> dict[str, str]:
-        value = self.raw(key)
-        if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
-            raise self.fail(key, "an object of strings")
-        return dict(value)
-
-    def objects_by_name(self, key: str, read: Callable[[_Fields], T]) -> dict[str, T]:
-        table = self.object(key)
-        return {name: read(table.object(name)) for name in table.data}
-
-
-def _precision(fields: _Fields | None) -> TargetPrecision | None:
+def _precision(fields: RecordFields | None) -> TargetPrecision | None:
     if fields is None:
         return None
     return TargetPrecision(fields.optional_text("method"), fields.text("weights"), fields.text("activations"),
                            fields.flag("online"))
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True)
@@ -175,7 +71,7 @@ class DraftPair(Generic[T]):
         return {name: write(value) for name, value in self.items()}
 
     @classmethod
-    def read(cls, fields: _Fields, key: str, read: Callable[[_Fields, str], T]) -> DraftPair[T]:
+    def read(cls, fields: RecordFields, key: str, read: Callable[[RecordFields, str], T]) -> DraftPair[T]:
         pair = fields.object(key)
         return cls(read(pair, "reference"), read(pair, "artifact"))
 
@@ -197,7 +93,7 @@ class EngineAcceptance:
                 "per_request_counts_match_counters": self.counters_agree}
 
     @classmethod
-    def read(cls, fields: _Fields) -> EngineAcceptance:
+    def read(cls, fields: RecordFields) -> EngineAcceptance:
         return cls(fields.integer("drafts"), fields.integer("draft_tokens"), fields.integer("accepted_tokens"),
                    fields.number("acceptance_length"), fields.numbers("per_position"),
                    fields.flag("per_request_counts_match_counters"))
@@ -218,7 +114,7 @@ class EngineRatio:
                 "method": self.method}
 
     @classmethod
-    def read(cls, fields: _Fields) -> EngineRatio:
+    def read(cls, fields: RecordFields) -> EngineRatio:
         interval = fields.interval("interval")
         if interval is None:
             raise fields.fail("interval", "an interval [low, high]")
@@ -244,7 +140,7 @@ class FirstDifference:
         return {key: getattr(self, key) for key in self.__dataclass_fields__}
 
     @classmethod
-    def read(cls, fields: _Fields) -> FirstDifference:
+    def read(cls, fields: RecordFields) -> FirstDifference:
         return cls(fields.integer("prompt"), fields.integer("position"), fields.integer("without_draft"),
                    fields.integer("with_draft"), fields.number("margin"), fields.number("steps"), fields.text("kind"))
 
@@ -272,14 +168,14 @@ class SequencesMatch:
         return data
 
     @classmethod
-    def read(cls, fields: _Fields) -> SequencesMatch:
+    def read(cls, fields: RecordFields) -> SequencesMatch:
         near = fields.optional_integer("near_ties")
         differences = ()
         if near is not None:
             rows = fields.raw("differences")
             if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
                 raise fields.fail("differences", "a list of objects")
-            differences = tuple(FirstDifference.read(_Fields(row, fields.path, fields.name(f"differences.{i}")))
+            differences = tuple(FirstDifference.read(RecordFields(row, fields.path, fields.name(f"differences.{i}")))
                                 for i, row in enumerate(rows))
         return cls(fields.flag("lossless"), fields.integer("equal_sequences"), fields.integer("sequences"),
                    fields.optional_integer("first_differing_prompt"), near,
@@ -295,7 +191,7 @@ class Lossless:
         return {"lossless": self.lossless, **self.drafts.to_dict(SequencesMatch.to_dict)}
 
     @classmethod
-    def read(cls, fields: _Fields) -> Lossless:
+    def read(cls, fields: RecordFields) -> Lossless:
         return cls(fields.flag("lossless"), DraftPair(SequencesMatch.read(fields.object("reference")),
                                                       SequencesMatch.read(fields.object("artifact"))))
 
@@ -314,10 +210,10 @@ class EngineWalk:
                 "acceptance_length": self.acceptance_length.to_dict(), "drafts": self.drafts.to_dict()}
 
     @classmethod
-    def read(cls, fields: _Fields) -> EngineWalk:
+    def read(cls, fields: RecordFields) -> EngineWalk:
         return cls(fields.number("acceptance_ratio"), fields.interval("interval"),
-                   DraftPair.read(fields, "acceptance_length", _Fields.number),
-                   DraftPair.read(fields, "drafts", _Fields.optional_integer))
+                   DraftPair.read(fields, "acceptance_length", RecordFields.number),
+                   DraftPair.read(fields, "drafts", RecordFields.optional_integer))
 
 
 @dataclass(frozen=True)
@@ -356,11 +252,11 @@ class Prediction:
         return data
 
     @classmethod
-    def read(cls, fields: _Fields) -> Prediction:
+    def read(cls, fields: RecordFields) -> Prediction:
         walk = fields.optional_object("engine_walk")
         numerics = fields.optional_object("numerics")
-        return cls(DraftPair.read(fields, "acceptance_length", _Fields.number),
-                   DraftPair.read(fields, "per_position", _Fields.optional_numbers),
+        return cls(DraftPair.read(fields, "acceptance_length", RecordFields.number),
+                   DraftPair.read(fields, "per_position", RecordFields.optional_numbers),
                    fields.number("acceptance_ratio"), fields.interval("interval"), fields.optional_text("method"),
                    fields.optional_integer("chains"), fields.optional_text("compute_dtype"),
                    fields.optional_text("device"), fields.text("target_dtype"),
@@ -394,7 +290,7 @@ class Speed:
         return data
 
     @classmethod
-    def read(cls, fields: _Fields) -> Speed:
+    def read(cls, fields: RecordFields) -> Speed:
         load = fields.numbers_by_name("load_s")
         if load is None:
             raise fields.fail("load_s", "an object of numbers")
@@ -421,7 +317,7 @@ class SubstitutedOp:
         return data
 
     @classmethod
-    def read(cls, fields: _Fields) -> SubstitutedOp:
+    def read(cls, fields: RecordFields) -> SubstitutedOp:
         compared = fields.optional_integer("compared_calls")
         return cls(fields.text("why"), fields.integer("calls"), fields.text("with"), compared,
                    fields.number("max_abs_diff") if compared is not None else None)
@@ -439,7 +335,7 @@ class RegisteredKernel:
         return {"kernel_type": self.kernel_type, "platform": self.platform, "why": self.why}
 
     @classmethod
-    def read(cls, fields: _Fields) -> RegisteredKernel:
+    def read(cls, fields: RecordFields) -> RegisteredKernel:
         return cls(fields.text("kernel_type"), fields.text("platform"), fields.text("why"))
 
 
@@ -454,7 +350,7 @@ class SweepRate:
         return {**data, "speedup": self.speedup} if with_speedup else data
 
     @classmethod
-    def read(cls, fields: _Fields) -> SweepRate:
+    def read(cls, fields: RecordFields) -> SweepRate:
         return cls(fields.number("output_tokens_per_s"), fields.number("tpot_ms"),
                    fields.number("speedup") if fields.has("speedup") else None)
 
@@ -470,7 +366,7 @@ class SweepPoint:
                 **self.drafts.to_dict(SweepRate.to_dict)}
 
     @classmethod
-    def read(cls, fields: _Fields) -> SweepPoint:
+    def read(cls, fields: RecordFields) -> SweepPoint:
         return cls(fields.integer("concurrency"), SweepRate.read(fields.object("none")),
                    DraftPair(SweepRate.read(fields.object("reference")), SweepRate.read(fields.object("artifact"))))
 
@@ -496,14 +392,14 @@ class ConcurrencySweep:
         return data
 
     @classmethod
-    def read(cls, fields: _Fields) -> ConcurrencySweep:
+    def read(cls, fields: RecordFields) -> ConcurrencySweep:
         points = fields.data.get("points")
         if points is not None and not (isinstance(points, list) and all(isinstance(p, dict) for p in points)):
             raise fields.fail("points", "a list of objects")
         return cls(fields.text("status"), fields.optional_text("reason"), fields.optional_integer("input_len"),
                    fields.optional_integer("output_len"), fields.optional_text("prompts"),
-                   None if points is None else tuple(SweepPoint.read(_Fields(p, fields.path, fields.name("points")))
-                                                     for p in points))
+                   None if points is None else tuple(
+                       SweepPoint.read(RecordFields(p, fields.path, fields.name("points"))) for p in points))
 
 
 @dataclass(frozen=True)
@@ -523,7 +419,7 @@ class BenchServeTaps:
                 "lossless": self.lossless.to_dict(), "note": self.note}
 
     @classmethod
-    def read(cls, fields: _Fields) -> BenchServeTaps:
+    def read(cls, fields: RecordFields) -> BenchServeTaps:
         return cls(fields.object("written").data, EngineAcceptance.read(fields.object("reference_as_shipped")),
                    EngineAcceptance.read(fields.object("reference_as_served")),
                    EngineRatio.read(fields.object("gain")), SequencesMatch.read(fields.object("lossless")),
@@ -547,7 +443,7 @@ class EngineRecord:
         return {key: getattr(self, key) for key in self.__dataclass_fields__}
 
     @classmethod
-    def read(cls, fields: _Fields) -> EngineRecord:
+    def read(cls, fields: RecordFields) -> EngineRecord:
         return cls(*(fields.text(key) for key in cls.__dataclass_fields__))
 
 
@@ -562,7 +458,7 @@ class PromptsRecord:
         return {"source": self.source, "count": self.count, "max_tokens": self.max_tokens, "tokens": self.tokens}
 
     @classmethod
-    def read(cls, fields: _Fields) -> PromptsRecord:
+    def read(cls, fields: RecordFields) -> PromptsRecord:
         return cls(fields.text("source"), fields.integer("count"), fields.integer("max_tokens"),
                    fields.integer("tokens"))
 
@@ -588,7 +484,7 @@ class _Measured:
     prediction_skipped: str | None = field(default=None, kw_only=True)          # why no prediction was made
 
     @staticmethod
-    def _read_common(fields: _Fields) -> dict[str, Any]:
+    def _read_common(fields: RecordFields) -> dict[str, Any]:
         predicted, taps = fields.optional_object("predicted"), fields.optional_object("serve_taps")
         return dict(created_at=fields.text("created_at"), engine=EngineRecord.read(fields.object("engine")),
                     prompts=PromptsRecord.read(fields.object("prompts")), k=fields.integer("k"),
@@ -638,7 +534,7 @@ class EngineRun(_Measured):
         """A report's engine run, every field checked; a wrong one is a `BenchRecordError` naming it."""
         if not isinstance(data, dict):
             raise BenchRecordError("is not an object", path=path, field="engine_run")
-        return cls(**_Measured._read_common(_Fields(data, path, "engine_run")))
+        return cls(**_Measured._read_common(RecordFields(data, path, "engine_run")))
 
 
 @dataclass(frozen=True)
@@ -686,7 +582,7 @@ class BenchRun(_Measured):
         if data.get("bench_version") != BENCH_VERSION:
             raise BenchRecordError(f"unknown version {data.get('bench_version')!r} (this tool reads "
                                    f"{BENCH_VERSION})", path=path, field="bench_version")
-        fields = _Fields(data, path)
+        fields = RecordFields(data, path)
         wall = fields.number("wall_s")
         if wall is None:
             raise fields.fail("wall_s", "a number")

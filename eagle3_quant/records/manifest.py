@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from importlib import metadata
@@ -170,14 +171,19 @@ class Manifest:
         path.write_text(json.dumps(self.to_dict(), indent=2, allow_nan=False) + "\n")
         return path
 
-    def output_problems(self, folder: Path, skip: frozenset[str] = frozenset()) -> list[str]:
-        """Every listed output (but `skip`) still present with its recorded size and sha256; else one line each."""
+    def output_problems(self, folder: Path, skip: frozenset[str] = frozenset(),
+                        digests: Mapping[str, FileDigest] | None = None) -> list[str]:
+        """Every listed output (but `skip`) still present with its recorded size and sha256; else one line each.
+        `digests` (relative path -> digest): the folder's files as already read, instead of reading them again."""
         problems = []
         for entry in (e for e in self.outputs if e.path not in skip):
             file = Path(folder) / entry.path
-            if not file.is_file():
+            known = digests.get(entry.path) if digests is not None else None
+            if known is None and not file.is_file():
                 problems.append(f"{entry.path} is missing")
-            elif file.stat().st_size != entry.size or sha256_file(file) != entry.sha256:
+                continue
+            size, sha = (known.size, known.sha256) if known else (file.stat().st_size, None)
+            if size != entry.size or (sha if sha is not None else sha256_file(file)) != entry.sha256:
                 problems.append(f"{entry.path} changed after export (sha256 differs from the manifest)")
         return problems
 

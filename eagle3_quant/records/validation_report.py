@@ -54,8 +54,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from eagle3_quant.errors import BenchRecordError
+from eagle3_quant.errors import BenchRecordError, ValidationRecordError
 from eagle3_quant.records.bench_run import EngineRun, measured_bench
+from eagle3_quant.records.validation_metrics import (  # noqa: F401 - this file's record, owned here
+    PredictionNumerics,
+    TapsMeasured,
+    TapsMetrics,
+    ValidationMetrics,
+    WalkMetrics,
+)
 
 REPORT_NAME = "validation.json"
 REPORT_VERSION = 1
@@ -72,29 +79,6 @@ class CheckLine:
 
 
 @dataclass(frozen=True)
-class TapsMeasured:
-    """The acceptance `validate` measured with one candidate set of target layers fed (metrics.taps.measured)."""
-
-    name: str
-    indices: tuple[int, ...]
-    fed_by: tuple[str, ...]                 # readers (vllm, vllm_v2, sglang) that feed it as the config stands
-    acceptance_length_bf16: float | None
-    acceptance_length_fp8: float | None
-
-
-def _taps_measured(taps: dict) -> tuple[TapsMeasured, ...]:
-    rows = []
-    for row in taps.get("measured") or ():
-        if not isinstance(row, dict) or not isinstance(row.get("indices"), list):
-            continue
-        lengths = [row.get(k) if isinstance(row.get(k), int | float) and math.isfinite(row[k]) else None
-                   for k in ("acceptance_length_bf16", "acceptance_length_fp8")]
-        rows.append(TapsMeasured(str(row.get("name")), tuple(int(i) for i in row["indices"]),
-                                 tuple(str(r) for r in row.get("fed_by") or ()), *lengths))
-    return tuple(rows)
-
-
-@dataclass(frozen=True)
 class ValidationSummary:
     """What the validation report says, reduced to what push and the card need."""
 
@@ -102,7 +86,7 @@ class ValidationSummary:
     state: State
     problem: str = ""                       # why the state is not "passed", in words
     checks: tuple[CheckLine, ...] = ()
-    metrics: dict[str, float] = field(default_factory=dict)
+    metrics: ValidationMetrics = field(default_factory=ValidationMetrics)
     kernel: dict[str, Any] = field(default_factory=dict)
     target: str | None = None
     taps_notes: tuple[str, ...] = ()        # serving engines that feed other layers than the draft was trained on
@@ -115,9 +99,6 @@ class ValidationSummary:
     @property
     def passed(self) -> bool:
         return self.state == "passed"
-
-    def metric(self, name: str) -> float | None:
-        return self.metrics.get(name)
 
 
 def _finite_numbers(raw: Any) -> dict[str, float]:
@@ -177,13 +158,12 @@ def _engine_run_for(path: Path, files: Any) -> EngineRun | None:
 
 
 def prediction_text(prediction: Any, compute_dtype: Any = None) -> str:
-    """"vllm's numerics in bfloat16" from a ``prediction`` record (eagle3_quant/runtime/serving.py); "computed in
-    DTYPE" from a record made before it (its compute dtype alone); "" when neither says."""
+    """"vllm's numerics in bfloat16" from a ``prediction`` record (eagle3_quant/runtime/serving.py: a manifest's
+    auto choice or serve taps keep one too); "computed in DTYPE" from a record made before it; "" when neither says."""
     prediction = prediction if isinstance(prediction, dict) else {}
     engine, dtype = prediction.get("engine"), prediction.get("compute_dtype") or compute_dtype
-    if not isinstance(dtype, str):
-        return ""
-    return f"{engine}'s numerics in {dtype}" if isinstance(engine, str) else f"computed in {dtype}"
+    return PredictionNumerics(engine if isinstance(engine, str) else None,
+                              dtype if isinstance(dtype, str) else None).text()
 
 
 def write_report(path: Path, data: dict[str, Any]) -> Path:
@@ -246,15 +226,16 @@ def read_validation(out: str | Path, artifact: Mapping[str, str] | None = None) 
     kernel = data.get("kernel") if isinstance(data.get("kernel"), dict) else {}
     calibration = data.get("calibration") if isinstance(data.get("calibration"), dict) else {}
     target = next((t for t in (data.get("target"), calibration.get("target")) if isinstance(t, str) and t), None)
-    metrics = data.get("metrics") if isinstance(data.get("metrics"), dict) else {}
-    taps = metrics.get("taps") if isinstance(metrics.get("taps"), dict) else {}
-    notes = tuple(str(n) for n in taps.get("notes") or () if isinstance(n, str))
+    try:
+        metrics = ValidationMetrics.read(data.get("metrics") or {}, path)
+    except ValidationRecordError as exc:
+        return ValidationSummary(path, "unreadable", f"validation report's metrics are malformed: {exc}")
+    taps = metrics.taps or TapsMetrics()
     engine_run = _engine_run(data, path)
-    common = dict(checks=checks, metrics=_finite_numbers(metrics), kernel=kernel, target=target, taps_notes=notes,
-                  taps_measured=_taps_measured(taps),
-                  taps_best=taps.get("best") if isinstance(taps.get("best"), str) else None,
+    common = dict(checks=checks, metrics=metrics, kernel=kernel, target=target, taps_notes=taps.notes,
+                  taps_measured=taps.measured, taps_best=taps.best,
                   gates=_gates_text(data.get("gates"), data.get("gate_source")), engine_run=engine_run,
-                  prediction=prediction_text(metrics.get("prediction"), metrics.get("compute_dtype")))
+                  prediction=metrics.prediction_text)
     if data.get("passed") is not True:
         failed = [c.name for c in checks if c.status == "failed"]
         why = f"failed checks: {', '.join(failed)}" if failed else f"'passed' is {data.get('passed')!r}"
@@ -273,7 +254,7 @@ def acceptance_measurements(out: str | Path, validation: ValidationSummary,
     () when by neither: what `push` refuses to publish without --allow-unmeasured."""
     found = []
     readable = validation.state in ("passed", "failed")
-    if readable and None not in (validation.metric("acceptance_length_fp8"), validation.metric("acceptance_ratio")):
+    if readable and validation.metrics.measured_offline:
         found.append(MEASURED_OFFLINE)
     if (readable and validation.engine_run is not None) or \
             (artifact is not None and measured_bench(out, artifact) is not None):

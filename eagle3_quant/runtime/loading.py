@@ -13,6 +13,13 @@ from eagle3_quant.reading.checkpoint import Checkpoint, read_checkpoint
 from eagle3_quant.reading.config import DraftConfig, load_config_file, parse_config
 from eagle3_quant.reading.formats import detect_format
 from eagle3_quant.reading.layout import EMBEDDING_NAMES, build_layout, fused_groups
+from eagle3_quant.reading.mx_layout import (
+    has_input_scale,
+    mx_input_kind,
+    mx_modules,
+    mx_unpacked_shape,
+    mx_weight_element,
+)
 from eagle3_quant.reading.safetensors_header import TensorInfo
 from eagle3_quant.reading.scale_names import WRITTEN_SCALE_SUFFIXES
 from eagle3_quant.reading.source import resolve_source
@@ -20,13 +27,6 @@ from eagle3_quant.runtime.embedding import read_target_embedding, read_target_lm
 from eagle3_quant.runtime.fp8_linear import FP8_MODES, Fp8Linear, harmonize_fused, to_fnuz
 from eagle3_quant.runtime.model import Eagle3Draft
 from eagle3_quant.runtime.mx_linear import MxLinear, harmonize_fused_mx
-from eagle3_quant.runtime.mx_loading import (
-    has_input_scale,
-    mx_input_kind,
-    mx_modules,
-    mx_unpacked_shape,
-    mx_weight_element,
-)
 from eagle3_quant.runtime.spec import resolve_spec
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
@@ -151,18 +151,19 @@ def _on_gfx942(device: torch.device) -> bool:
 
 def load_draft(path: str | Path, device: str | torch.device | None = None, dtype: torch.dtype | None = None,
                embedding: torch.Tensor | str | Path | None = None, *, fp8_mode: str = "scaled_mm",
-               revision: str | None = None, lm_head: torch.Tensor | str | Path | None = None) -> Eagle3Draft:
+               revision: str | None = None, lm_head: torch.Tensor | str | Path | None = None,
+               read: tuple[dict, Checkpoint] | None = None) -> Eagle3Draft:
     """Load a draft folder (or Hub id) in any of the three formats, float or FP8 (weight + weight_scale,
     optional input_scale). `dtype` defaults to the config's torch_dtype; `embedding` (a [V, H] tensor or
     the target's folder / Hub id) supplies the token embedding when the checkpoint has none; `lm_head` (a
     [V, H] tensor or the target's folder / Hub id, read by range requests) the output projection of a draft
-    that shares the target's, as vLLM does for an Eagle3 draft without ``lm_head.weight``."""
+    that shares the target's, as vLLM does for an Eagle3 draft without ``lm_head.weight``. `read`: the folder's
+    config.json object and checkpoint headers as the caller already read them (not read again)."""
     if fp8_mode not in FP8_MODES:
         raise ValueError(f"fp8_mode must be one of {', '.join(FP8_MODES)}, got {fp8_mode!r}")
     source = resolve_source(path, revision)
     where = source.path
-    raw = load_config_file(where / "config.json")
-    checkpoint = read_checkpoint(where)
+    raw, checkpoint = read or (load_config_file(where / "config.json"), read_checkpoint(where))
     fmt = detect_format(checkpoint.tensors, raw, str(where))
     cfg = parse_config(raw, fmt, where / "config.json")
     fp8 = _fp8_modules(checkpoint.tensors, where)

@@ -19,28 +19,17 @@ from __future__ import annotations
 
 import torch
 
-MX_BLOCK = 32
+from eagle3_quant.reading.mx_format import (  # noqa: F401 - the format's shape facts, used here and by callers
+    ELEMENT_BITS,
+    MX_BLOCK,
+    element_bits_of,
+    packed_width,
+    unpacked_width,
+)
+
 E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
 # element dtype -> (exponent bits, mantissa bits, emax, largest value)
 MX_ELEMENTS = {"fp4": (2, 1, 2, 6.0), "fp6_e2m3": (2, 3, 2, 7.5), "fp6_e3m2": (3, 2, 4, 28.0)}
-ELEMENT_BITS = {"fp4": 4, "fp6_e2m3": 6, "fp6_e3m2": 6}
-
-
-def unpacked_width(packed_cols: int, element: str) -> int:
-    """Elements per row of a packed weight with `packed_cols` bytes per row."""
-    return packed_cols * 8 // ELEMENT_BITS[element]
-
-
-def packed_width(cols: int, element: str) -> int:
-    """Bytes per row of `cols` packed elements (MXFP4: cols / 2, MXFP6: cols * 3 / 4)."""
-    return cols * ELEMENT_BITS[element] // 8
-
-
-def element_bits_of(packed_cols: int, scale_cols: int) -> int | None:
-    """4 or 6 when a packed U8 row of `packed_cols` bytes with `scale_cols` E8M0 scales is MXFP4 or MXFP6."""
-    elements = scale_cols * MX_BLOCK
-    bits = packed_cols * 8 // elements if elements else 0
-    return bits if bits in (4, 6) and packed_cols * 8 == bits * elements else None
 
 
 def element_table(element: str, device: torch.device | str | None = None) -> torch.Tensor:

@@ -11,7 +11,8 @@ amd-quark); never imported by eagle3-quant itself.
   ``EmulationMxfp6LinearKernel`` (dequantized weights, activation quantize-dequantize, a high-precision GEMM: what
   vLLM runs on GPUs without native MX GEMMs) are registered for it. Their MXFP4 steps call Quark's
   ``dq_mxfp4``/``qdq_mxfp4``, CUDA/HIP kernels that raise on a CPU tensor: where they do, the project's torch
-  E2M1/E8M0 math (``eagle3_quant/runtime/mx.py``, loaded by path; the same code the vllm_load check uses) stands in.
+  E2M1/E8M0 math (``eagle3_quant/runtime/mx.py`` and the format facts it imports, loaded by path; the same code the
+  vllm_load check uses) stands in.
 - ``torch._scaled_mm`` on CPU float8 operands (vLLM's ``ChannelWiseTorchFP8ScaledMMLinearKernel`` for PTPC, the
   per-tensor kernel for static FP8): torch's CPU implementation is a reference loop about ten times slower than an
   fp32 GEMM. The stand-in computes the same sum of exact FP8 products in fp32 (the weight cast once), then the
@@ -22,11 +23,12 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 from pathlib import Path
 
 FP8_MAX = 448.0
 SCALED_MM_ENV = "EAGLE3_QUANT_ENGINE_SCALED_MM"      # "reference": keep torch's own CPU _scaled_mm
-COMPARED_CALLS = 4                                  # per weight: the stand-in checked against torch's op
+COMPARED_CALLS = 2                                  # per weight: the stand-in checked against torch's op
 
 CALLS: dict[str, int] = {}
 SUPPLIED: dict[str, dict] = {}      # op -> {"why", "with"} (+ "compared_calls", "max_abs_diff" when checked)
@@ -94,14 +96,20 @@ MX_KERNELS = (("mxfp4", "vllm.model_executor.kernels.linear.mxfp4.emulation", "E
               ("mxfp6", "vllm.model_executor.kernels.linear.mxfp6.emulation", "EmulationMxfp6LinearKernel"))
 MX_WHY = ("vLLM lists no {kind} linear kernel for its CPU platform; registered with vLLM's register_linear_kernel "
           "(what vLLM runs on GPUs without native MX GEMMs)")
-RUNTIME_MX = Path(__file__).resolve().parents[2] / "runtime" / "mx.py"
+PACKAGE = Path(__file__).resolve().parents[2]
+PROJECT_MX = (("eagle3_quant.reading.mx_format", PACKAGE / "reading" / "mx_format.py"),
+              ("eagle3_quant.runtime.mx", PACKAGE / "runtime" / "mx.py"))
 
 
 def _project_mx():
-    """eagle3_quant/runtime/mx.py by its path: torch-only E2M1/E8M0 math (the package is not installed here)."""
-    spec = importlib.util.spec_from_file_location("eagle3_quant_runtime_mx", RUNTIME_MX)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    """eagle3_quant/runtime/mx.py by its path (the package is not installed here): torch-only E2M1/E8M0 math, with
+    the format facts it imports (reading/mx_format.py, standard library only) loaded first under their own name."""
+    module = None
+    for name, path in PROJECT_MX:
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
     return module
 
 

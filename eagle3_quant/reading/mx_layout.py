@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from eagle3_quant.errors import DraftFormatError
+from eagle3_quant.reading.mx_format import ELEMENT_BITS, MX_BLOCK, element_bits_of
 from eagle3_quant.reading.safetensors_header import TensorInfo
-from eagle3_quant.runtime.mx import ELEMENT_BITS, MX_BLOCK, element_bits_of
 
 
 def mx_modules(tensors: Mapping[str, TensorInfo], where: Path) -> dict[str, bool]:
