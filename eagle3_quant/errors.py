@@ -105,6 +105,10 @@ class BenchRecordError(Eagle3QuantError, ValueError):
     """A `bench` record (`bench.json`, or a validation report's `engine_run`) is unreadable or malformed."""
 
 
+class ValidationRecordError(Eagle3QuantError, ValueError):
+    """A validation report's metrics (`validation.json`'s ``metrics``) are malformed."""
+
+
 class OptionsError(Eagle3QuantError, ValueError):
     """A stage option is out of range or contradicts another one."""
 

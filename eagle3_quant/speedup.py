@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from eagle3_quant.cost import DeviceProfile, DraftCost
-from eagle3_quant.errors import EstimateInputError
-from eagle3_quant.records.validation_report import REPORT_NAME
+from eagle3_quant.errors import EstimateInputError, ValidationRecordError
+from eagle3_quant.records.validation_report import REPORT_NAME, ValidationMetrics
 
 ESTIMATE_NAME = "speedup_estimate.json"
 ESTIMATE_VERSION = 1
@@ -66,22 +66,25 @@ def read_report_acceptance(path: str | Path) -> ReportAcceptance:
         raise EstimateInputError("no such file", path=path) from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise EstimateInputError(f"not a readable JSON report ({exc})", path=path) from None
-    metrics = data.get("metrics") if isinstance(data, dict) else None
-    if not isinstance(metrics, dict):
+    raw = data.get("metrics") if isinstance(data, dict) else None
+    if not isinstance(raw, dict):
         raise EstimateInputError("no metrics object: not a validation report", path=path, field="metrics")
-    fp8 = _rates(metrics.get("per_position_acceptance_fp8"))
+    try:
+        metrics = ValidationMetrics.read(raw, path)
+    except ValidationRecordError as exc:
+        raise EstimateInputError(exc.message, path=path, field=exc.field) from None
+    fp8 = _rates(metrics.per_position_acceptance_fp8)
     if fp8 is None:
         raise EstimateInputError("acceptance was not measured (validate needs --calib and --reference)",
                                  path=path, field="metrics.per_position_acceptance_fp8")
     layer_ms, layer_ms_bf16, device = _batch1_timing(data.get("kernel"))
-    drafts, reference = metrics.get("drafts"), data.get("reference")
-    return ReportAcceptance(fp8, _rates(metrics.get("per_position_acceptance_bf16")),
-                            drafts if isinstance(drafts, int) else None, layer_ms, layer_ms_bf16, device,
-                            reference if isinstance(reference, str) else None)
+    reference = data.get("reference")
+    return ReportAcceptance(fp8, _rates(metrics.per_position_acceptance_bf16), metrics.drafts, layer_ms,
+                            layer_ms_bf16, device, reference if isinstance(reference, str) else None)
 
 
 def _rates(value: Any) -> tuple[float, ...] | None:
-    if not isinstance(value, list) or not value:
+    if not isinstance(value, list | tuple) or not value:
         return None
     if not all(isinstance(v, int | float) and not isinstance(v, bool) and 0.0 <= v <= 1.0 for v in value):
         return None

@@ -56,9 +56,11 @@ class DraftCard:
         return len(self.text.encode("utf-8"))
 
 
-def _config_verifier(out: Path) -> str | None:
+def _config_verifier(out: Path, config: dict | None = None) -> str | None:
+    """The verifier a speculators config names (`config`: config.json as already read, else read here)."""
     try:
-        spec = json.loads((out / "config.json").read_text(encoding="utf-8")).get("speculators_config")
+        config = config if config is not None else json.loads((out / "config.json").read_text(encoding="utf-8"))
+        spec = config.get("speculators_config")
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
         return None
     verifier = spec.get("verifier") if isinstance(spec, dict) else None
@@ -67,7 +69,7 @@ def _config_verifier(out: Path) -> str | None:
 
 
 def _metric_rows(validation: ValidationSummary) -> list[tuple[str, str]]:
-    m = validation.metric
+    m = validation.metrics
     kernel = validation.kernel
     if kernel.get("status"):
         where = ", ".join(str(kernel[k]) for k in ("device", "backend") if kernel.get(k))
@@ -77,12 +79,12 @@ def _metric_rows(validation: ValidationSummary) -> list[tuple[str, str]]:
     else:
         kernel_text = NOT_MEASURED
     return [
-        ("acceptance length, BF16 draft", number(m("acceptance_length_bf16"), ".3f", NOT_MEASURED)),
-        ("acceptance length, FP8 draft", number(m("acceptance_length_fp8"), ".3f", NOT_MEASURED)),
-        ("acceptance ratio FP8 / BF16", number(m("acceptance_ratio"), ".4f", NOT_MEASURED)),
+        ("acceptance length, BF16 draft", number(m.acceptance_length_bf16, ".3f", NOT_MEASURED)),
+        ("acceptance length, FP8 draft", number(m.acceptance_length_fp8, ".3f", NOT_MEASURED)),
+        ("acceptance ratio FP8 / BF16", number(m.acceptance_ratio, ".4f", NOT_MEASURED)),
         ("acceptance predicted with", validation.prediction or NOT_MEASURED),
-        ("top-1 agreement FP8 vs BF16", number(m("top1_agreement"), ".4f", NOT_MEASURED)),
-        ("logit KL (BF16 to FP8)", number(m("kl"), ".3g", NOT_MEASURED)),
+        ("top-1 agreement FP8 vs BF16", number(m.top1_agreement, ".4f", NOT_MEASURED)),
+        ("logit KL (BF16 to FP8)", number(m.kl, ".3g", NOT_MEASURED)),
         ("FP8 kernel check", kernel_text),
         ("validation gates", validation.gates or NOT_MEASURED),
     ]
@@ -157,18 +159,20 @@ def _recorded_command(argv: list[str] | None) -> str:
 
 def build_card(out: str | Path, repo_id: str | None = None, *, target: str | None = None,
                base_model: str | None = None, pipeline: str | None = None,
-               validation: ValidationSummary | None = None) -> DraftCard:
-    """Render the card in memory from OUT's manifest, validation report and config."""
+               validation: ValidationSummary | None = None, manifest: Manifest | None = None,
+               config: dict | None = None) -> DraftCard:
+    """Render the card in memory from OUT's manifest, validation report and config (`manifest`, `config`: as the
+    caller already read them)."""
     from huggingface_hub import ModelCard, ModelCardData
 
     out = Path(out)
-    manifest = Manifest.read(out, PublishError)
+    manifest = manifest or Manifest.read(out, PublishError)
     validation = validation or read_validation(out, manifest_digests(manifest))
     source, scheme = manifest.source, manifest.scheme
     local_name = public_name(source.path)        # older manifests recorded an absolute path
     repo_id = repo_id or f"ORG/{out.resolve().name}"
     base_model = base_model or source.repo_id or source.hub_id or repo_id_from_cache_path(source.path)
-    target = public_name(target or validation.target or _config_verifier(out))
+    target = public_name(target or validation.target or _config_verifier(out, config))
     license_info = source.card
     if license_info is None and source.path and Path(source.path).is_absolute() and Path(source.path).is_dir():
         license_info = source_card_info(source.path)  # manifests written before licenses were recorded

@@ -14,6 +14,7 @@ from eagle3_quant.export.hub_session import TRANSIENT, HubSession, hub_session, 
 from eagle3_quant.export.options import PushOptions
 from eagle3_quant.export.push_files import PushFile, files_to_send, same_as_remote
 from eagle3_quant.options import build_options
+from eagle3_quant.reading.config import read_config_file
 from eagle3_quant.reading.repo_ids import repo_id_problem
 from eagle3_quant.records.evidence import manifest_digests
 from eagle3_quant.records.manifest import Manifest
@@ -122,9 +123,10 @@ def push_draft(out: str | Path, repo_id: str, options: PushOptions | None = None
             hint="run `eagle3-quant validate OUT --calib CAL` (offline, on a calibration set) or `eagle3-quant "
                  "bench OUT --target TARGET` (vLLM's engine), or pass --allow-unmeasured (a pipeline: "
                  "push.allow_unmeasured: true): the card then says so")
-    files = files_to_send(out, manifest)
+    config, config_digest = read_config_file(out / "config.json")      # read once: the card's and the hash's
+    files = files_to_send(out, manifest, {config_digest.path: config_digest})
     card = build_card(out, repo_id, target=opts.target, base_model=opts.base_model, pipeline=opts.pipeline,
-                      validation=validation)
+                      validation=validation, manifest=manifest, config=config)
     card_file = PushFile(CARD_NAME, card.size, hashlib.sha256(card.text.encode("utf-8")).hexdigest(), "card")
     files = sorted([*files, card_file], key=lambda f: f.path)
     message = opts.commit_message or default_commit_message(manifest)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from eagle3_quant.records.bench_run import BENCH_NAME
 from eagle3_quant.records.manifest import MANIFEST_NAME, Manifest, output_path
 from eagle3_quant.records.validation_report import REPORT_NAME
 from eagle3_quant.speedup import ESTIMATE_NAME
-from eagle3_quant.util.hashing import CHUNK, sha256_file
+from eagle3_quant.util.hashing import CHUNK, FileDigest, sha256_file
 
 # Files written after quantization: not listed in the manifest's outputs, sent all the same.
 ADDED_FILES = {MANIFEST_NAME: "manifest", CARD_NAME: "card", REPORT_NAME: "validation report",
@@ -37,8 +38,9 @@ def git_blob_oid(path: Path) -> str:
     return digest.hexdigest()
 
 
-def files_to_send(out: Path, manifest: Manifest) -> list[PushFile]:
-    """Every artifact file must still match its manifest hash; anything unknown in OUT is refused."""
+def files_to_send(out: Path, manifest: Manifest, known: Mapping[str, FileDigest] | None = None) -> list[PushFile]:
+    """Every artifact file must still match its manifest hash; anything unknown in OUT is refused. `known`: digests
+    of files already read (not read again)."""
     listed = {entry.path: entry for entry in manifest.outputs}
     present = sorted(p.relative_to(out).as_posix() for p in out.rglob("*")
                      if p.is_file() and not any(part.startswith(".") for part in p.relative_to(out).parts))
@@ -46,7 +48,7 @@ def files_to_send(out: Path, manifest: Manifest) -> list[PushFile]:
     if unknown:
         raise PublishError(f"files not in the manifest: {', '.join(unknown[:5])}", path=out,
                            hint="remove them, or quantize again; only what the manifest lists is published")
-    problems = manifest.output_problems(out, skip=frozenset({CARD_NAME}))
+    problems = manifest.output_problems(out, skip=frozenset({CARD_NAME}), digests=known)
     if problems:
         raise PublishError(f"the artifact differs from its manifest: {'; '.join(problems[:3])}", path=out,
                            hint="quantize again; a changed artifact is never published")

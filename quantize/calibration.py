@@ -18,8 +18,8 @@ CALIBRATION_STEPS = 3
 def check_calibration(draft: DraftCheckpoint, calib: CalibrationSet,
                       taps: tuple[int, ...] | None = None) -> CalibrationSet:
     """The set, checked against the draft, as the draft reads it: the layers `taps` (what the artifact is served
-    with), else the trained ones or vLLM's (``calib/served.py``), out of the union a set may store."""
-    from eagle3_quant.calib.served import draft_view
+    with), else the trained ones or vLLM's (``taps/calibration_view.py``), out of the union a set may store."""
+    from eagle3_quant.taps.calibration_view import draft_view
 
     check_calibration_size(draft, calib)
     return draft_view(calib, draft.config, taps, "the artifact is served", trust_unrecorded=True)

@@ -6,26 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from eagle3_quant.calib.served import target_layers
 from eagle3_quant.errors import Eagle3QuantError
 from eagle3_quant.reading.draft import DraftCheckpoint
+from eagle3_quant.taps.calibration_view import target_depth
 from eagle3_quant.taps.candidates import TapCandidate
 from eagle3_quant.taps.capture import held_candidates
 from eagle3_quant.taps.serve_decision import TAPS_K, TapsDecision, decide
-
-
-def _layers(draft: DraftCheckpoint, calib) -> int | None:
-    if calib is None:
-        return None
-    layers = target_layers(calib)
-    if layers is None and calib.info.target:
-        from eagle3_quant.calib.target import read_target
-
-        try:
-            layers = read_target(calib.info.target).num_layers
-        except Exception:   # noqa: BLE001 - an unreadable target only leaves the defaults unknown
-            return None
-    return layers
 
 
 def _measure(draft: DraftCheckpoint, calib, candidates: tuple[TapCandidate, ...], device: str) -> list:
@@ -51,7 +37,7 @@ def decide_serve_taps(draft: DraftCheckpoint, mode: str, calib_path: Path | None
     calib = load_calibration(calib_path) if calib_path is not None else None
     if calib is not None:
         check_calibration_size(draft, calib)
-    layers = _layers(draft, calib)
+    layers = target_depth(calib) if calib is not None else None
     candidates = held_candidates(config, calib.stored_layers, calib.info.extra, layers) if calib else ()
     measured, unmeasured = [], ""
     if candidates:

@@ -32,7 +32,7 @@ def test_report_reader_states(tmp_path):
     assert read_validation(tmp_path).state == "failed"  # only the JSON value true passes
     write_report(tmp_path, PASSED_REPORT)
     summary = read_validation(tmp_path)
-    assert summary.passed and summary.metric("acceptance_ratio") == 0.9979 and summary.target == "example-org/target"
+    assert summary.passed and summary.metrics.acceptance_ratio == 0.9979 and summary.target == "example-org/target"
     assert [c.status for c in summary.checks] == ["passed", "passed", "skipped"]
     assert summary.prediction == "vllm's numerics in bfloat16"
     del report["target"]
@@ -40,12 +40,15 @@ def test_report_reader_states(tmp_path):
     assert read_validation(tmp_path).target == "org/calib-target"  # validate records it with the calibration
 
 
-def test_report_reader_drops_values_that_are_not_finite_numbers(tmp_path):
+def test_report_reader_refuses_malformed_metrics_naming_the_field(tmp_path):
     write_report(tmp_path, {"report_version": 1, "passed": True, "checks": "nonsense", "kernel": [1],
-                            "metrics": {"acceptance_ratio": "0.99", "kl": float("nan"), "top1_agreement": True,
-                                        "acceptance_length_fp8": 2, "compute_dtype": "float32"}})
+                            "metrics": {"acceptance_ratio": "0.99", "acceptance_length_fp8": 2}})
     summary = read_validation(tmp_path)
-    assert summary.metrics == {"acceptance_length_fp8": 2.0}
+    assert summary.state == "unreadable" and "field 'metrics.acceptance_ratio'" in summary.problem
+    write_report(tmp_path, {"report_version": 1, "passed": True, "checks": "nonsense", "kernel": [1],
+                            "metrics": {"acceptance_length_fp8": 2, "compute_dtype": "float32"}})
+    summary = read_validation(tmp_path)
+    assert summary.metrics.acceptance_length_fp8 == 2 and summary.metrics.acceptance_ratio is None
     assert summary.prediction == "computed in float32"     # a report from before runtime/serving.py
     assert summary.checks == () and summary.kernel == {}
 

@@ -161,11 +161,12 @@ def test_a_first_difference_is_a_near_tie_only_within_two_steps_of_the_dtype_bet
 
 def test_a_classified_match_reads_and_writes_back_byte_for_byte():
     from eagle3_quant.bench.stats import lossless
-    from eagle3_quant.records.bench_run import SequencesMatch, _Fields
+    from eagle3_quant.records.bench_run import SequencesMatch
+    from eagle3_quant.records.fields import RecordFields
 
     match = lossless([[5, 9]], [[5, 6]], [[[[5, 2.0], [1, 1.0]], [[6, 2.0], [9, 2.0]]]])
     data = json.loads(json.dumps(match.to_dict()))
     assert data["near_ties"] == 1 and data["differences"][0]["kind"] == "near tie"
-    assert SequencesMatch.read(_Fields(data, None)).to_dict() == data
+    assert SequencesMatch.read(RecordFields(data, None)).to_dict() == data
     old = {"lossless": True, "equal_sequences": 2, "sequences": 2, "first_differing_prompt": None}
-    assert SequencesMatch.read(_Fields(old, None)).to_dict() == old          # records without it stay as they were
+    assert SequencesMatch.read(RecordFields(old, None)).to_dict() == old          # records without it stay as they were

@@ -9,6 +9,7 @@ import pytest
 from validate_helpers import write_manifest_naming
 
 from eagle3_quant.errors import SchemeError
+from eagle3_quant.records.manifest import Manifest
 from eagle3_quant.records.validation_report import read_validation
 from eagle3_quant.scheme_gates import FP8_GATES, MXFP4_GATES, SCHEME_GATES, gates_for_scheme
 from eagle3_quant.schemes import SCHEMES
@@ -47,11 +48,11 @@ def _mx_config(weight: str, inputs: str, dynamic: bool) -> dict:
 
 
 def test_the_artifact_scheme_comes_from_the_manifest_else_the_config(tmp_path):
-    assert artifact_scheme(tmp_path, _mx_config("fp6_e3m2", "fp6_e3m2", True)) == "w_mxfp6_e3m2_a_mxfp6_e3m2"
-    assert artifact_scheme(tmp_path, _mx_config("fp4", "fp8_e4m3", False)) == "w_mxfp4_a_fp8"
-    assert artifact_scheme(tmp_path, _mx_config("fp8_e4m3", "fp8_e4m3", True)) is None      # FP8: FP8's gates
+    assert artifact_scheme(None, _mx_config("fp6_e3m2", "fp6_e3m2", True)) == "w_mxfp6_e3m2_a_mxfp6_e3m2"
+    assert artifact_scheme(None, _mx_config("fp4", "fp8_e4m3", False)) == "w_mxfp4_a_fp8"
+    assert artifact_scheme(None, _mx_config("fp8_e4m3", "fp8_e4m3", True)) is None      # FP8: FP8's gates
     write_manifest_naming(tmp_path, "w_mxfp4_a_mxfp4")
-    assert artifact_scheme(tmp_path, {}) == "w_mxfp4_a_mxfp4"
+    assert artifact_scheme(Manifest.read(tmp_path), {}) == "w_mxfp4_a_mxfp4"
 
 
 def test_the_report_and_the_card_say_which_gates_applied(tmp_path):

@@ -8,15 +8,17 @@ from pathlib import Path
 
 from eagle3_quant.errors import DraftFormatError, Eagle3QuantError
 from eagle3_quant.options import build_options
-from eagle3_quant.reading.artifact import Fp8Artifact, read_artifact, read_reference
+from eagle3_quant.reading.artifact import Fp8Artifact
 from eagle3_quant.reading.draft import DraftCheckpoint
 from eagle3_quant.reading.layout import EMBEDDING_NAMES
+from eagle3_quant.records.artifact import QuantizedArtifact, open_artifact, read_reference
 from eagle3_quant.records.calibration import CalibrationSet, load_calibration
-from eagle3_quant.records.evidence import artifact_digests
-from eagle3_quant.records.manifest import MANIFEST_NAME, Manifest
 from eagle3_quant.records.public_names import public_name
+from eagle3_quant.records.validation_report import ValidationMetrics
+from eagle3_quant.taps.calibration_view import target_depth
 from eagle3_quant.taps.summary import taps_metrics
 from eagle3_quant.util.formatting import interval
+from eagle3_quant.util.json_values import json_safe
 from eagle3_quant.validate.gate_choice import artifact_scheme
 from eagle3_quant.validate.kernel_check import kernel_checks, run_kernel_check
 from eagle3_quant.validate.options import ValidateOptions
@@ -24,7 +26,7 @@ from eagle3_quant.validate.report import REPORT_NAME, Check, Gates, ValidationRe
 from eagle3_quant.validate.sglang_load import CHECK as SGLANG_CHECK
 from eagle3_quant.validate.sglang_load import sglang_load_check
 from eagle3_quant.validate.structure import structure_checks
-from eagle3_quant.validate.taps_report import candidate_rows, depth, served_view
+from eagle3_quant.validate.taps_report import candidate_rows, served_view
 from eagle3_quant.validate.vllm_load import CHECK_NAME as VLLM_CHECK
 from eagle3_quant.validate.vllm_load import VllmLoadOptions, check_vllm_load
 
@@ -89,9 +91,11 @@ def _fidelity(art: Fp8Artifact, reference: DraftCheckpoint | None, calib: Calibr
     numerics = serving_numerics(art.config.torch_dtype)     # both drafts computed as the engine serves them
     lm_head = _shared_lm_head(art, calib, target)
     bf16_draft = load_draft(reference.path, device, numerics.dtype, embedding=embedding,
-                            lm_head=lm_head if reference.layout.shared_lm_head else None)
+                            lm_head=lm_head if reference.layout.shared_lm_head else None,
+                            read=(dict(reference.config.raw), reference.checkpoint))
     try:
-        fp8_draft = load_draft(art.path, device, numerics.dtype, embedding=embedding, lm_head=lm_head)
+        fp8_draft = load_draft(art.path, device, numerics.dtype, embedding=embedding, lm_head=lm_head,
+                               read=(art.raw_config, art.checkpoint))
     except Eagle3QuantError as exc:
         return [failed(name, f"the FP8 draft does not load: {exc}") for name in FIDELITY_CHECKS], {}, []
     result = calibration_fidelity(fp8_draft, bf16_draft, view, k, max_samples)
@@ -112,13 +116,13 @@ def _fidelity(art: Fp8Artifact, reference: DraftCheckpoint | None, calib: Calibr
     return checks, metrics, rows
 
 
-def _sqnr(art: Fp8Artifact, reference: DraftCheckpoint | None, gates: Gates) -> tuple[Check, list[dict]]:
+def _sqnr(artifact: QuantizedArtifact, reference: DraftCheckpoint | None, gates: Gates) -> tuple[Check, list[dict]]:
     if reference is None:
         return skipped("weight_sqnr", "needs a reference draft (--reference)"), []
-    from eagle3_quant.reading.artifact import smoothed_tensors
     from eagle3_quant.validate.fidelity import weight_sqnr
 
-    folded = smoothed_tensors(art.path)     # --smooth-alpha: these weights hold its scales, the reference does not
+    art = artifact.files
+    folded = artifact.smoothed_tensors     # --smooth-alpha: these weights hold its scales, the reference does not
     layers = [layer for layer in weight_sqnr(art, reference) if layer["module"] + ".weight" not in folded]
     if not layers and folded:
         return skipped("weight_sqnr", "--smooth-alpha folded its scales into every FP8 weight: the reference's "
@@ -142,7 +146,15 @@ def _vllm_load(out: Path, view: CalibrationSet | None, unreadable: bool, enabled
                                                 num_target_layers=layers))
 
 
-def validate_draft(out: str | Path, options: ValidateOptions | None = None, **overrides) -> ValidationReport:
+def _target_precision(cal: CalibrationSet) -> dict:
+    """The calibration set's target precision when it was a quantized target (`calibrate` records it)."""
+    precision = (cal.info.extra or {}).get("target_precision")
+    return {"target_precision": precision} if isinstance(precision, dict) else {}
+
+
+def validate_draft(out: str | Path, options: ValidateOptions | None = None, *,
+                   artifact: QuantizedArtifact | None = None, reference_checkpoint: DraftCheckpoint | None = None,
+                   **overrides) -> ValidationReport:
     """Validate the FP8 draft OUT; write the JSON report (default OUT/validation.json) and return it.
 
     `options` (a `ValidateOptions`; keywords override its fields): `reference`, the BF16 draft (default: the
@@ -158,21 +170,23 @@ def validate_draft(out: str | Path, options: ValidateOptions | None = None, **ov
     k, target, device, kernel, max_samples = opts.k, opts.target, opts.device, opts.kernel, opts.max_samples
     vllm, sglang = opts.vllm, opts.sglang
     out = Path(out).expanduser().resolve()
-    art = read_artifact(out)
-    if (out / MANIFEST_NAME).is_file():   # a manifest present must be well-formed, its paths inside OUT
-        Manifest.read(out, DraftFormatError)
-    gates, gate_source = gates.resolve(artifact_scheme(out, art.quant_config))
-    validated_files = artifact_digests(out)
-    ref = read_reference(reference, out)
+    artifact = artifact or open_artifact(out)
+    if artifact.manifest_error is not None:   # a manifest present must be well-formed, its paths inside OUT
+        bad = artifact.manifest_error
+        raise DraftFormatError(bad.message, path=bad.path, tensor=bad.tensor, field=bad.field, hint=bad.hint)
+    art = artifact.files
+    gates, gate_source = gates.resolve(artifact_scheme(artifact.manifest, art.quant_config))
+    validated_files = artifact.artifact_files
+    ref = reference_checkpoint or read_reference(reference, artifact)
     cal = load_calibration(calib) if calib is not None else None
-    depth_known = depth(cal, target)
+    depth_known = target_depth(cal, target)
     view = None
     if cal is not None:          # a set of another draft, or without the layers vLLM feeds it, before any work
         _check_calibration(cal, art)
         view = served_view(cal, art.config, depth_known)
 
-    checks = structure_checks(art, ref)
-    sqnr_check, layers = _sqnr(art, ref, gates)
+    checks = structure_checks(artifact, ref)
+    sqnr_check, layers = _sqnr(artifact, ref, gates)
     checks.append(sqnr_check)
     fidelity_checks, metrics, taps_rows = _fidelity(art, ref, cal, target, gates, k, device, max_samples, view,
                                                     depth_known)
@@ -193,9 +207,11 @@ def validate_draft(out: str | Path, options: ValidateOptions | None = None, **ov
     checks.append(sglang_load_check(out, num_target_layers=depth_known) if sglang
                   else skipped(SGLANG_CHECK, "turned off (--no-sglang)"))
     calibration = None if cal is None else {"path": public_name(cal.path.resolve()), "samples": cal.num_samples,
-                                            "tokens": cal.num_tokens, "target": public_name(cal.info.target)}
+                                            "tokens": cal.num_tokens, "target": public_name(cal.info.target),
+                                            **_target_precision(cal)}
     result = ValidationReport(out, ref.path if ref is not None else None, calibration, gates, tuple(checks),
-                              metrics, tuple(layers), kernel_result, artifact_files=validated_files,
+                              ValidationMetrics.read(json_safe(metrics)), tuple(layers), kernel_result,
+                              artifact_files=validated_files,
                               gate_source=gate_source)
     report_path = report if report is not None else out / REPORT_NAME
     result.write(report_path)

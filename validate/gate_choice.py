@@ -3,9 +3,6 @@ config describes (an MX artifact without a manifest), else FP8's."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from eagle3_quant.errors import Eagle3QuantError
 from eagle3_quant.records.manifest import Manifest
 from eagle3_quant.schemes import SCHEMES
 
@@ -22,12 +19,10 @@ def _from_config(quant_config: dict) -> str | None:
     return None
 
 
-def artifact_scheme(out: Path, quant_config: dict) -> str | None:
-    """The registered scheme OUT was made with (manifest first), or None when neither source names one."""
-    try:
-        name = Manifest.read(out).scheme.name
-    except Eagle3QuantError:
-        name = None
+def artifact_scheme(manifest: Manifest | None, quant_config: dict) -> str | None:
+    """The registered scheme an artifact was made with (its manifest first, as read), or None when neither source
+    names one."""
+    name = manifest.scheme.name if manifest is not None else None
     if name in SCHEMES:
         return name
     return _from_config(quant_config)

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from eagle3_quant.errors import OptionsError
 from eagle3_quant.records.manifest import library_versions
-from eagle3_quant.records.validation_report import REPORT_NAME, REPORT_VERSION, write_report
+from eagle3_quant.records.validation_report import REPORT_NAME, REPORT_VERSION, ValidationMetrics, write_report
 from eagle3_quant.scheme_gates import GATE_NAMES, gates_for_scheme
 from eagle3_quant.util.json_values import json_safe
 
@@ -108,7 +108,7 @@ class ValidationReport:
     calibration: dict | None
     gates: Gates
     checks: tuple[Check, ...]
-    metrics: dict[str, Any]
+    metrics: ValidationMetrics
     layers: tuple[dict, ...]
     kernel: dict[str, Any]
     report_path: Path | None = None
@@ -141,7 +141,7 @@ class ValidationReport:
             "gates": self.gates.to_dict(),
             "gate_source": dict(self.gate_source),
             "checks": [c.to_dict() for c in self.checks],
-            "metrics": json_safe(self.metrics),
+            "metrics": self.metrics.to_dict(),
             "layers": [json_safe(layer) for layer in self.layers],
             "kernel": json_safe(self.kernel),
             "versions": library_versions(),

@@ -4,32 +4,13 @@ counts; ``taps/summary.taps_metrics`` names the best and adds the feeds, the tra
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from eagle3_quant.calib.served import draft_view, target_layers
-from eagle3_quant.errors import DraftFormatError, Eagle3QuantError
+from eagle3_quant.errors import DraftFormatError
 from eagle3_quant.reading.config import DraftConfig
 from eagle3_quant.records.calibration import CalibrationSet
+from eagle3_quant.records.validation_metrics import TapsMeasured
+from eagle3_quant.taps.calibration_view import draft_view
 from eagle3_quant.taps.capture import held_candidates
 from eagle3_quant.taps.engine_rules import Engine, engine_feeds, engine_taps
-
-
-def depth(calib: CalibrationSet | None, target: str | Path | None) -> int | None:
-    """The target's layer count: recorded by `calibrate`, else read from --target or the set's target."""
-    layers = target_layers(calib) if calib is not None else None
-    source = target or (calib.info.target if calib is not None else None)
-    if layers is None and source:
-        from eagle3_quant.calib.target import read_target
-
-        try:
-            layers = read_target(source).num_layers
-        except Eagle3QuantError:
-            if target is not None:      # named by the user (--target): an unreachable Hub or a bad folder is an error
-                raise
-            return None
-        except Exception:   # noqa: BLE001 - the set's recorded target unreadable only leaves the defaults unknown
-            return None
-    return layers
 
 
 def served_view(calib: CalibrationSet, config: DraftConfig, layers: int | None) -> CalibrationSet:
@@ -43,7 +24,7 @@ def served_view(calib: CalibrationSet, config: DraftConfig, layers: int | None) 
 
 
 def candidate_rows(config: DraftConfig, calib: CalibrationSet, layers: int | None, fp8, bf16, k: int,
-                   max_samples: int | None, served: tuple[int, ...], served_stats) -> list[dict]:
+                   max_samples: int | None, served: tuple[int, ...], served_stats) -> list[TapsMeasured]:
     """Acceptance under each candidate the set holds (`served_stats`: the fidelity run's (BF16, FP8) statistics,
     for the layers it was run on)."""
     from eagle3_quant.runtime.acceptance import acceptance_stats, chain_acceptance
@@ -57,11 +38,11 @@ def candidate_rows(config: DraftConfig, calib: CalibrationSet, layers: int | Non
             view = calib.select(candidate.indices)
             ref_stats, cand_stats = (acceptance_stats(chain_acceptance(d, view, k, max_samples), k)
                                      for d in (bf16, fp8))
-        rows.append({"name": candidate.name, "indices": list(candidate.indices),
-                     "fed_by": [f.reader for f in feeds if f.indices == candidate.indices and not f.problem],
-                     "drafts": ref_stats.drafts,
-                     "acceptance_length_bf16": ref_stats.acceptance_length if ref_stats.drafts else None,
-                     "acceptance_length_fp8": cand_stats.acceptance_length if cand_stats.drafts else None,
-                     "per_position_fp8": list(cand_stats.per_position) if cand_stats.drafts else []})
+        rows.append(TapsMeasured(
+            candidate.name, tuple(candidate.indices),
+            tuple(f.reader for f in feeds if f.indices == candidate.indices and not f.problem),
+            ref_stats.acceptance_length if ref_stats.drafts else None,
+            cand_stats.acceptance_length if cand_stats.drafts else None, ref_stats.drafts,
+            tuple(cand_stats.per_position) if cand_stats.drafts else ()))
     return rows
 

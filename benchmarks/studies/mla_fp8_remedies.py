@@ -43,9 +43,9 @@ def measure(label: str, options: dict, calib: Path, workdir: Path, other: Path |
     m = report.metrics
     return {"options": {k: list(v) if isinstance(v, tuple) else v for k, v in options.items()},
             "fp8_layers": [d.role for d in result.plan.quantized],
-            "acceptance_ratio": m["acceptance_ratio"], "interval": m["acceptance_ratio_interval"],
-            "al_bf16": m["acceptance_length_bf16"], "al_fp8": m["acceptance_length_fp8"],
-            "top1": m["top1_agreement"], "kl": m["kl"], "drafts": m["drafts"], "passed": report.passed,
+            "acceptance_ratio": m.acceptance_ratio, "interval": m.acceptance_ratio_interval,
+            "al_bf16": m.acceptance_length_bf16, "al_fp8": m.acceptance_length_fp8,
+            "top1": m.top1_agreement, "kl": m.kl, "drafts": m.drafts, "passed": report.passed,
             "failed_checks": [c.name for c in report.failed_checks],
             "smoothing": (result.manifest.smoothing or {}).get("sites"),
             "seconds": round(time.perf_counter() - started)}

@@ -74,10 +74,10 @@ def main(argv: list[str] | None = None) -> dict:
         report = validate_draft(out, reference=PAIR / "draft", calib=calib, kernel=False, sglang=False,
                                 vllm=False)
         m = report.metrics
-        row = {"scheme": scheme, "exclude": list(exclude), "acceptance_ratio": m.get("acceptance_ratio"),
-               "interval": m.get("acceptance_ratio_interval"), "al_bf16": m.get("acceptance_length_bf16"),
-               "al_quantized": m.get("acceptance_length_fp8"), "top1": m.get("top1_agreement"), "kl": m.get("kl"),
-               "drafts": m.get("drafts"), "min_weight_sqnr_db": m.get("min_weight_sqnr_db"), "passed": report.passed,
+        row = {"scheme": scheme, "exclude": list(exclude), "acceptance_ratio": m.acceptance_ratio,
+               "interval": m.acceptance_ratio_interval, "al_bf16": m.acceptance_length_bf16,
+               "al_quantized": m.acceptance_length_fp8, "top1": m.top1_agreement, "kl": m.kl,
+               "drafts": m.drafts, "min_weight_sqnr_db": m.min_weight_sqnr_db, "passed": report.passed,
                "failed_checks": [c.name for c in report.failed_checks], "seconds": round(time.perf_counter() - started)}
         results["runs"][label] = row
         print(label, json.dumps(row), flush=True)

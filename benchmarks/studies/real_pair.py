@@ -40,6 +40,8 @@ VARIANTS = (
     Variant("static fp8", ("--scheme", "fp8")),
     Variant("mxfp4 W4A8", ("--scheme", "w_mxfp4_a_fp8")),
     Variant("mxfp4 W4A4", ("--scheme", "w_mxfp4_a_mxfp4")),
+    Variant("mxfp6 e2m3", ("--scheme", "w_mxfp6_e2m3_a_mxfp6_e2m3")),
+    Variant("mxfp6 e3m2", ("--scheme", "w_mxfp6_e3m2_a_mxfp6_e3m2")),
     Variant("--scheme auto", ("--scheme", "auto")),
     Variant("ptpc, --draft-vocab 4096", ("--draft-vocab", "4096")),
     Variant("ptpc --gptq", ("--gptq",)),
@@ -100,14 +102,16 @@ def heldout_calibration(cache: Path, target: Path, prompts: int, tokens: int) ->
 
 def offline_prediction(out: Path, cal: Path, target: Path) -> dict:
     """`validate`'s acceptance ratio with its interval on the held-out continuations (its gates may fail: exit 1)."""
+    from eagle3_quant.records.validation_report import read_validation
+
     report = out / "validation.json"
     subprocess.run([eagle3_quant_bin(), "validate", str(out), "--reference", str(DRAFT_DIR), "--calib", str(cal),
                     "--target", str(target), "--report", str(report), "--no-kernel", "--no-vllm", "--no-sglang"],
                    stdout=subprocess.DEVNULL, check=False)
-    metrics = json.loads(report.read_text())["metrics"]
-    return {"acceptance_ratio": metrics["acceptance_ratio"], "interval": metrics["acceptance_ratio_interval"],
-            "acceptance_length": {"reference": metrics["acceptance_length_bf16"],
-                                  "artifact": metrics["acceptance_length_fp8"]}}
+    metrics = read_validation(out).metrics
+    return {"acceptance_ratio": metrics.acceptance_ratio, "interval": metrics.acceptance_ratio_interval,
+            "acceptance_length": {"reference": metrics.acceptance_length_bf16,
+                                  "artifact": metrics.acceptance_length_fp8}}
 
 
 def activation_outliers(cal: Path, target: Path, samples: int = 32) -> dict:
@@ -145,21 +149,35 @@ def draft_taps() -> tuple[int, ...]:
     return tuple(i + 1 for i in config["eagle_config"]["eagle_aux_hidden_state_layer_ids"])
 
 
+def _lossless(report: dict) -> str:
+    """"yes" / "no", with the differing sequences told apart (near ties of the target's top two, real ones)."""
+    lossless = report["lossless"]
+    parts = []
+    for name in ("reference", "artifact"):
+        match = lossless[name]
+        if match["equal_sequences"] < match["sequences"]:
+            parts.append(f"{name} {match['sequences'] - match['equal_sequences']} differ: "
+                         f"{match.get('near_ties', '?')} near ties, {match.get('real_differences', '?')} real")
+    return ("yes" if lossless["lossless"] else "**no**") + (f" ({'; '.join(parts)})" if parts else "")
+
+
+def _interval(value: float | None, ends) -> str:
+    if value is None:
+        return "not run"
+    return f"{value:.4f} ({ends[0]:.4f}..{ends[1]:.4f})" if ends else f"{value:.4f}"
+
+
 def row(name: str, report: dict) -> str:
     if "not_run" in report:
         pred = report.get("offline") or {}
-        offline = (f"{pred['acceptance_ratio']:.4f} ({pred['interval'][0]:.4f}..{pred['interval'][1]:.4f})"
-                   if pred else "not run")
+        offline = _interval(pred.get("acceptance_ratio"), pred.get("interval")) if pred else "not run"
         return f"| {name} | not run in the engine: {report['not_run']} | | | | {offline} | |"
     acc, ratio, pred = report["acceptance"], report["acceptance_ratio"], report.get("predicted") or {}
     ref, art = acc["reference"], acc["artifact"]
     per_pos = "/".join(f"{p:.2f}" for p in art.get("per_position", []))
-    pr = pred.get("acceptance_ratio")
-    pi = pred.get("interval") or [float("nan")] * 2
     return (f"| {name} | {ref['acceptance_length']:.3f} | {art['acceptance_length']:.3f} | {per_pos} | "
-            f"{ratio['ratio']:.4f} ({ratio['interval'][0]:.4f}..{ratio['interval'][1]:.4f}) | "
-            + (f"{pr:.4f} ({pi[0]:.4f}..{pi[1]:.4f})" if pr is not None else "not run") + " | "
-            f"{report['lossless']['lossless']} |")
+            f"{_interval(ratio['ratio'], ratio['interval'])} | "
+            f"{_interval(pred.get('acceptance_ratio'), pred.get('interval'))} | {_lossless(report)} |")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -44,7 +44,8 @@ from eagle3_quant.engines.environment import (
 from eagle3_quant.engines.runner import ChildCommand, ChildRun, run_child
 from eagle3_quant.errors import DraftFormatError, EngineError, OptionsError
 from eagle3_quant.options import build_options
-from eagle3_quant.reading.artifact import read_artifact, read_reference, written_taps
+from eagle3_quant.reading.draft import DraftCheckpoint
+from eagle3_quant.records.artifact import QuantizedArtifact, open_artifact, read_reference
 from eagle3_quant.records.bench_run import (
     BENCH_VERSION,
     BenchRun,
@@ -62,7 +63,6 @@ from eagle3_quant.records.bench_run import (
     SweepPoint,
     SweepRate,
 )
-from eagle3_quant.records.evidence import artifact_digests
 from eagle3_quant.records.public_names import public_name
 from eagle3_quant.records.validation_report import record_engine_run
 from eagle3_quant.schemes import SCHEMES
@@ -153,15 +153,15 @@ def _requests(opts: BenchOptions, target: TargetSpec, drafts: dict[str, Path | N
 
 
 def _check_inputs(opts: BenchOptions, out: Path):
-    art = read_artifact(out)
-    reference = read_reference(opts.reference, out)
+    art = open_artifact(out)
+    reference = read_reference(opts.reference, art)
     if reference is None:
         raise DraftFormatError("no BF16 reference draft: the source recorded at quantization is gone", path=out,
                                field="reference", hint="pass --reference with the BF16 draft")
     if not opts.target:
         raise OptionsError("bench runs the target in vLLM: name it", field="target", hint="pass --target")
     target = read_target(opts.target, quantization=opts.target_quantization)
-    check_target(target, art.config, str(out))
+    check_target(target, art.files.config, str(out))
     check_target(target, reference.config, str(reference.path))
     return art, reference, target
 
@@ -223,24 +223,25 @@ def bench_draft(out: str | Path, options: BenchOptions | None = None, *, progres
     opts = build_options(BenchOptions, options, overrides)
     out = Path(out).expanduser().resolve()
     art, reference, target = _check_inputs(opts, out)
-    engine_preflight(out, target, {"artifact": (art.config, out), "reference": (reference.config, reference.path)},
-                     artifact=out)
+    engine_preflight(out, target, {"artifact": (art.files.config, out),
+                                   "reference": (reference.config, reference.path)},
+                     artifact=art)
     prompts, prompt_source = load_prompts(opts, target)
     python = find_engine_python(opts.engine_python)
     info = probe_engine(python)
-    scheme = artifact_scheme(out, art.quant_config)
+    scheme = artifact_scheme(art.manifest, art.files.quant_config)
     refusal = engine_refusal(info, scheme)
     if refusal:
         raise EngineError(refusal, path=out)
     check_servable(target, info)
-    files = artifact_digests(out)
+    files = art.artifact_files
     sweep = None
     if opts.concurrency and not info.cpu:
         sweep = {"concurrency": list(opts.concurrency), "input_len": opts.input_len, "output_len": opts.output_len}
-    written = written_taps(out)
+    written = art.written_taps
     with scratch_for(out, "bench-reference") as scratch:
         # the reference given the artifact's layer ids, so that the ratio is quantization's alone
-        drafts = {"none": None, "reference": served_reference(reference.path, written, scratch / "reference")
+        drafts = {"none": None, "reference": served_reference(reference, written, scratch / "reference")
                   if written else reference.path, "artifact": out}
         if written:
             drafts[AS_SHIPPED] = reference.path
@@ -267,8 +268,7 @@ def bench_draft(out: str | Path, options: BenchOptions | None = None, *, progres
     predicted, skipped = None, prediction_refusal(target) if opts.predict else None
     if opts.predict and skipped is None:
         progress.say("offline prediction (validate) on the same prompts and the engine's continuations")
-        predicted = _prediction(out, reference.path, target, art.config, prompts, runs["none"]["outputs"], opts,
-                                ratio)
+        predicted = _prediction(art, reference, target, prompts, runs["none"]["outputs"], opts, ratio)
     elif skipped:
         progress.say(f"offline prediction not made: {skipped}")
     record = replace(_record(opts, info, target, reference.path, prompt_source, prompts, runs, acceptance, ratio,
@@ -290,12 +290,12 @@ def prediction_refusal(target: TargetSpec) -> str | None:
     return None
 
 
-def _prediction(out: Path, reference: Path, target: TargetSpec, config, prompts, continuations, opts: BenchOptions,
-                ratio: EngineRatio) -> Prediction:
+def _prediction(art: QuantizedArtifact, reference: DraftCheckpoint, target: TargetSpec, prompts, continuations,
+                opts: BenchOptions, ratio: EngineRatio) -> Prediction:
     from eagle3_quant.bench.predict import predict
 
-    with scratch_for(out, "bench") as scratch:
-        predicted = predict(out, reference, target, config, prompts, continuations, opts.k, opts.device, scratch)
+    with scratch_for(art.path, "bench") as scratch:
+        predicted = predict(art, reference, target, prompts, continuations, opts.k, opts.device, scratch)
     if predicted.acceptance_ratio is None:
         return predicted
     low, high = predicted.interval

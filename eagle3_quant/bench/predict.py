@@ -18,8 +18,11 @@ import torch
 from eagle3_quant.calib.capture import TargetRunner
 from eagle3_quant.calib.target import TargetSpec, load_model
 from eagle3_quant.reading.config import DraftConfig
+from eagle3_quant.reading.draft import DraftCheckpoint
+from eagle3_quant.records.artifact import QuantizedArtifact
 from eagle3_quant.records.bench_run import DraftPair, EngineWalk, Prediction
 from eagle3_quant.records.calibration import CalibrationInfo, CalibrationSample, CalibrationWriter
+from eagle3_quant.records.validation_report import WalkMetrics
 from eagle3_quant.taps.capture import capture_taps
 from eagle3_quant.validate.api import validate_draft
 from eagle3_quant.validate.options import ValidateOptions
@@ -49,30 +52,28 @@ def capture_states(spec: TargetSpec, config: DraftConfig, prompts: list[list[int
     return folder, greedy
 
 
-def predict(out: Path, reference: Path, spec: TargetSpec, config: DraftConfig, prompts: list[list[int]],
+def predict(artifact: QuantizedArtifact, reference: DraftCheckpoint, spec: TargetSpec, prompts: list[list[int]],
             continuations: list[list[int]], k: int, device: str | None, scratch: Path) -> Prediction:
-    """validate's prediction of both drafts' acceptance on these sequences (its own report stays in `scratch`)."""
-    calib, greedy = capture_states(spec, config, prompts, continuations, scratch / "calib")
-    options = ValidateOptions(reference=reference, calib=calib, report=scratch / "prediction.json", target=spec.name,
-                              k=k, device=device, kernel=False, vllm=False, sglang=False)
-    metrics = validate_draft(out, options).metrics
-    interval = metrics.get("acceptance_ratio_interval")
-    per_position = (metrics.get("per_position_acceptance_bf16"), metrics.get("per_position_acceptance_fp8"))
+    """validate's prediction of both drafts' acceptance on these sequences (its own report stays in `scratch`); the
+    artifact and the reference as bench read them."""
+    calib, greedy = capture_states(spec, artifact.files.config, prompts, continuations, scratch / "calib")
+    options = ValidateOptions(reference=reference.path, calib=calib, report=scratch / "prediction.json",
+                              target=spec.name, k=k, device=device, kernel=False, vllm=False, sglang=False)
+    metrics = validate_draft(artifact.path, options, artifact=artifact, reference_checkpoint=reference).metrics
     return Prediction(
-        acceptance_length=DraftPair(metrics.get("acceptance_length_bf16"), metrics.get("acceptance_length_fp8")),
-        per_position=DraftPair(*(tuple(p) if p is not None else None for p in per_position)),
-        acceptance_ratio=metrics.get("acceptance_ratio"), interval=tuple(interval) if interval else None,
-        method=metrics.get("acceptance_ratio_method"), chains=metrics.get("drafts"),
-        compute_dtype=metrics.get("compute_dtype"), device=metrics.get("device"), target_dtype=spec.dtype,
-        engine_walk=_walk(metrics.get("engine_walk")), numerics=metrics.get("prediction"), greedy_sequences=greedy,
-        sequences=len(prompts), how=HOW.format(dtype=spec.dtype))
+        acceptance_length=DraftPair(metrics.acceptance_length_bf16, metrics.acceptance_length_fp8),
+        per_position=DraftPair(metrics.per_position_acceptance_bf16, metrics.per_position_acceptance_fp8),
+        acceptance_ratio=metrics.acceptance_ratio, interval=metrics.acceptance_ratio_interval,
+        method=metrics.acceptance_ratio_method, chains=metrics.drafts, compute_dtype=metrics.compute_dtype,
+        device=metrics.device, target_dtype=spec.dtype, engine_walk=_walk(metrics.engine_walk),
+        numerics=metrics.prediction_record, greedy_sequences=greedy, sequences=len(prompts),
+        how=HOW.format(dtype=spec.dtype))
 
 
-def _walk(walk) -> EngineWalk | None:
+def _walk(walk: WalkMetrics | None) -> EngineWalk | None:
     """The same prediction counted only over the chains vLLM's decoding walk drafts (what the engine counts)."""
-    if not isinstance(walk, dict):
+    if walk is None:
         return None
-    interval = walk.get("acceptance_ratio_interval")
-    return EngineWalk(walk.get("acceptance_ratio"), tuple(interval) if interval else None,
-                      DraftPair(walk.get("acceptance_length_bf16"), walk.get("acceptance_length_fp8")),
-                      DraftPair(walk.get("drafts_bf16"), walk.get("drafts_fp8")))
+    return EngineWalk(walk.acceptance_ratio, walk.acceptance_ratio_interval,
+                      DraftPair(walk.acceptance_length_bf16, walk.acceptance_length_fp8),
+                      DraftPair(walk.drafts_bf16, walk.drafts_fp8))

@@ -7,19 +7,21 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from eagle3_quant.reading.draft import DraftCheckpoint
 from eagle3_quant.records.bench_run import BenchServeTaps, EngineAcceptance, EngineRatio, SequencesMatch
 from eagle3_quant.taps.written_ids import apply_written
 
 AS_SHIPPED = "reference_as_shipped"      # the run name of the reference with its own ids
 
 
-def served_reference(reference: Path, written: dict, folder: Path) -> Path:
-    """`folder`: the reference's files (linked, never copied) with a config.json carrying the artifact's ids."""
+def served_reference(reference: DraftCheckpoint, written: dict, folder: Path) -> Path:
+    """`folder`: the reference's files (linked, never copied) with a config.json carrying the artifact's ids (its
+    config as already read)."""
     folder.mkdir(parents=True, exist_ok=True)
-    for item in reference.iterdir():
+    for item in reference.path.iterdir():
         if item.name != "config.json" and not item.name.startswith("."):
             (folder / item.name).symlink_to(item.resolve())
-    config = json.loads((reference / "config.json").read_text())
+    config = dict(reference.config.raw)
     (folder / "config.json").write_text(json.dumps(apply_written(config, written), indent=2, allow_nan=False) + "\n")
     return folder
 

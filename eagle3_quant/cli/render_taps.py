@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.table import Table
 
 from eagle3_quant.cli.render import console
+from eagle3_quant.records.validation_report import TapsMetrics
 from eagle3_quant.taps.engine_rules import READERS, reader
 from eagle3_quant.util.formatting import number
 
@@ -65,17 +66,15 @@ def print_serve_taps(record) -> None:
         console.print(measured)
 
 
-def print_candidates(taps: dict) -> None:
+def print_candidates(taps: TapsMetrics) -> None:
     """`validate`: the acceptance under each candidate the calibration set holds, BF16 and FP8."""
-    rows = taps.get("measured") or []
-    if not rows:
+    if not taps.measured:
         return
     table = Table(title="acceptance under each candidate set of layers (calibration set, k as above)")
     for col in ("candidate", "layers", "fed by", "BF16", "FP8"):
         table.add_column(col)
-    for row in rows:
-        fed = ", ".join(reader(name).label for name in row.get("fed_by") or []) or "-"
-        table.add_row(row["name"] + (" [green](best)[/]" if row["name"] == taps.get("best") else ""),
-                      _layers(row["indices"]), fed, number(row.get("acceptance_length_bf16"), ".3f"),
-                      number(row.get("acceptance_length_fp8"), ".3f"))
+    for row in taps.measured:
+        fed = ", ".join(reader(name).label for name in row.fed_by) or "-"
+        table.add_row(row.name + (" [green](best)[/]" if row.name == taps.best else ""), _layers(row.indices), fed,
+                      number(row.acceptance_length_bf16, ".3f"), number(row.acceptance_length_fp8, ".3f"))
     console.print(table)

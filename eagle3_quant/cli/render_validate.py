@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.table import Table
 
 from eagle3_quant.cli.render import console
-from eagle3_quant.records.validation_report import prediction_text
+from eagle3_quant.records.validation_report import TapsMetrics
 
 STATUS_STYLE = {"passed": "[green]passed[/]", "failed": "[red]FAILED[/]", "skipped": "[yellow]skipped[/]"}
 
@@ -15,7 +15,7 @@ def _fmt(value, digits: int = 4) -> str:
         return "-"
     if isinstance(value, float):
         return f"{value:.{digits}f}"
-    if isinstance(value, list):
+    if isinstance(value, list | tuple):
         return ", ".join(_fmt(v, digits) for v in value)
     return str(value)
 
@@ -35,30 +35,27 @@ def print_validation(report) -> None:
     if report.gate_source:
         console.print("gates: " + gates_line(report.gates.to_dict(), report.gate_source))
     m = report.metrics
-    if m.get("acceptance_length_bf16") is not None:
-        metrics = Table(title=f"fidelity on calibration data (k={m.get('k')}, {m.get('drafts')} chains, "
-                              f"{m.get('positions')} positions)")
+    if m.acceptance_length_bf16 is not None:
+        metrics = Table(title=f"fidelity on calibration data (k={m.k}, {m.drafts} chains, {m.positions} positions)")
         for col in ("metric", "BF16", "FP8", "FP8 / BF16"):
             metrics.add_column(col)
-        interval = m.get("acceptance_ratio_interval")
-        ratio = _fmt(m.get("acceptance_ratio")) + (f" [{_fmt(interval)}]" if interval else "")
-        metrics.add_row("acceptance length", _fmt(m.get("acceptance_length_bf16"), 3),
-                        _fmt(m.get("acceptance_length_fp8"), 3), ratio)
-        metrics.add_row("per-position acceptance", _fmt(m.get("per_position_acceptance_bf16"), 3),
-                        _fmt(m.get("per_position_acceptance_fp8"), 3), "")
-        walk = m.get("engine_walk")
+        interval = m.acceptance_ratio_interval
+        ratio = _fmt(m.acceptance_ratio) + (f" [{_fmt(interval)}]" if interval else "")
+        metrics.add_row("acceptance length", _fmt(m.acceptance_length_bf16, 3), _fmt(m.acceptance_length_fp8, 3),
+                        ratio)
+        metrics.add_row("per-position acceptance", _fmt(m.per_position_acceptance_bf16, 3),
+                        _fmt(m.per_position_acceptance_fp8, 3), "")
+        walk = m.engine_walk
         if walk:
-            walk_ratio = _fmt(walk.get("acceptance_ratio")) + (
-                f" [{_fmt(walk['acceptance_ratio_interval'])}]" if walk.get("acceptance_ratio_interval") else "")
-            metrics.add_row(f"acceptance length, vLLM's walk ({walk['drafts_bf16']} / {walk['drafts_fp8']} drafts)",
-                            _fmt(walk.get("acceptance_length_bf16"), 3), _fmt(walk.get("acceptance_length_fp8"), 3),
-                            walk_ratio)
-        metrics.add_row("top-1 agreement (step 0)", "", "", _fmt(m.get("top1_agreement")))
-        metrics.add_row("KL(BF16 || FP8) per token", "", "", _fmt(m.get("kl"), 6))
+            walk_ratio = _fmt(walk.acceptance_ratio) + (
+                f" [{_fmt(walk.acceptance_ratio_interval)}]" if walk.acceptance_ratio_interval else "")
+            metrics.add_row(f"acceptance length, vLLM's walk ({walk.drafts_bf16} / {walk.drafts_fp8} drafts)",
+                            _fmt(walk.acceptance_length_bf16, 3), _fmt(walk.acceptance_length_fp8, 3), walk_ratio)
+        metrics.add_row("top-1 agreement (step 0)", "", "", _fmt(m.top1_agreement))
+        metrics.add_row("KL(BF16 || FP8) per token", "", "", _fmt(m.kl, 6))
         console.print(metrics)
-        if m.get("prediction"):
-            console.print(f"predicted with {prediction_text(m['prediction'])} ({m['prediction']['dtype_reason']}) "
-                          f"on {m.get('device')}")
+        if m.prediction:
+            console.print(f"predicted with {m.prediction_text} ({m.prediction.dtype_reason}) on {m.device}")
     if report.layers:
         layers = Table(title="weight SQNR (dequantized FP8 vs BF16)")
         for col in ("module", "shape", "SQNR dB"):
@@ -76,8 +73,9 @@ def print_validation(report) -> None:
                       + ", ".join(f"{b}: {_fmt(r, 2)}" for b, r in pairs))
     from eagle3_quant.cli.render_taps import print_candidates
 
-    print_candidates(m.get("taps") or {})
-    for note in (m.get("taps") or {}).get("notes", []):
+    taps = m.taps or TapsMetrics()
+    print_candidates(taps)
+    for note in taps.notes:
         console.print(f"[yellow]note:[/] {note}")
     verdict = "[green]PASSED[/]" if report.passed else \
         f"[red]FAILED[/] ({', '.join(c.name for c in report.failed_checks)})"

@@ -1,9 +1,13 @@
-"""A calibration set read as a draft is fed: one tap set out of the union `calibrate` stores."""
+"""A calibration set read as a draft is fed: one tap set out of the union `calibrate` stores; and the depth of the
+target it came from, which the engines' default taps depend on."""
 
 from __future__ import annotations
 
-from eagle3_quant.errors import DraftFormatError
+from pathlib import Path
+
+from eagle3_quant.errors import DraftFormatError, Eagle3QuantError
 from eagle3_quant.reading.config import DraftConfig
+from eagle3_quant.reading.target_depth import target_layers as config_layers
 from eagle3_quant.records.calibration import CalibrationSet
 from eagle3_quant.taps.candidates import trained_taps
 from eagle3_quant.taps.capture import stale_order
@@ -11,8 +15,27 @@ from eagle3_quant.taps.engine_rules import Engine, engine_taps
 
 
 def target_layers(calib: CalibrationSet) -> int | None:
+    """The target's layer count `calibrate` recorded in the set, else None."""
     layers = (calib.info.extra or {}).get("target_layers")
     return layers if isinstance(layers, int) and not isinstance(layers, bool) else None
+
+
+def target_depth(calib: CalibrationSet | None, target: str | Path | None = None) -> int | None:
+    """The target's layer count: recorded by `calibrate`, else read from `target`'s config.json or the set's
+    target's. A `target` the user named that cannot be read is an error; the set's recorded target unreadable only
+    leaves the depth unknown."""
+    layers = target_layers(calib) if calib is not None else None
+    source = target or (calib.info.target if calib is not None else None)
+    if layers is None and source:
+        try:
+            layers = config_layers(source)
+        except Eagle3QuantError:
+            if target is not None:
+                raise
+            return None
+        except Exception:   # noqa: BLE001 - the set's recorded target unreadable only leaves the defaults unknown
+            return None
+    return layers
 
 
 def draft_view(calib: CalibrationSet, config: DraftConfig, taps: tuple[int, ...] | None = None,

@@ -7,6 +7,7 @@ from typing import Any
 
 from eagle3_quant.errors import DraftFormatError
 from eagle3_quant.reading.config import DraftConfig
+from eagle3_quant.records.validation_metrics import TapsMeasured
 from eagle3_quant.taps.candidates import tap_candidates, trained_taps
 from eagle3_quant.taps.engine_rules import Engine, engine_feeds, engine_taps
 
@@ -54,11 +55,11 @@ def served_taps(config: DraftConfig, num_layers: int | None = None) -> dict:
     return summary
 
 
-def taps_metrics(config: DraftConfig, layers: int | None, rows: list[dict]) -> dict:
+def taps_metrics(config: DraftConfig, layers: int | None, rows: list[TapsMeasured]) -> dict:
     """`metrics.taps`: feeds, trained layers, notes, the candidates measured and the best one (FP8 artifact)."""
     summary = served_taps(config, layers)
     summary["target_layers"] = layers
-    summary["measured"] = rows
-    judged = [r for r in rows if r["acceptance_length_fp8"] is not None]
-    summary["best"] = max(judged, key=lambda r: r["acceptance_length_fp8"])["name"] if judged else None
+    summary["measured"] = [row.to_dict() for row in rows]
+    judged = [row for row in rows if row.acceptance_length_fp8 is not None]
+    summary["best"] = max(judged, key=lambda row: row.acceptance_length_fp8).name if judged else None
     return summary
