@@ -171,6 +171,16 @@ def bench_calib_backends() -> dict[str, Any]:
     return results
 
 
+def bench_engine_gemm() -> dict[str, Any]:
+    """An FP8 draft against its BF16 original in vLLM's CPU engine, torch's _scaled_mm against the fp32 GEMM the
+    engine child uses (`benchmarks/engine_gemm.py`), once the real pair is prepared."""
+    from fixtures.real_pair.target import DONE, cache_dir
+
+    if not (cache_dir() / "target" / DONE).is_file():
+        return {"skipped": "the real pair is not prepared: make real-pair"}
+    return parse_last_json(run_measured([PYTHON, "-m", "benchmarks.engine_gemm"], cwd=REPO).stdout)
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     started = time.perf_counter()
@@ -191,6 +201,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         results["calib_capture"] = bench_calib_capture()
         if not args.no_engine:
             results["calib_backends"] = bench_calib_backends()
+            results["engine_gemm"] = bench_engine_gemm()
         results["calib_share"] = calib_share.measure(32, 96, 32, 2)
         results["auto_choice"] = bench_auto_choice(args.cache)
     results["targets"] = check_targets(results)

@@ -65,7 +65,8 @@ class CalibrationOptions:
     engine_args: dict | None = option(None, "vllm backend: more vllm.LLM keyword arguments, e.g. "
                                             "{\"gpu_memory_utilization\": 0.85}.")
     target_quantization: str | None = option(None, "vllm backend: serve a BF16 target quantized by vLLM at load "
-                                                   "(vLLM's --quantization, e.g. fp8), the target as it is served.")
+                                                   "(vLLM's --quantization, e.g. fp8), the target as it is served.",
+                                             pipeline=False)
     engine_timeout: float = option(6 * 3600.0, "vllm backend: seconds the engine run may take (load included).")
     device: str | None = option(None, "Where the target runs: cpu; cuda (its layers fill every GPU, then CPU RAM: "
                                       "accelerate's device_map auto; the default when there is a GPU, else the CPU); "

@@ -68,6 +68,7 @@ class PipelineSpec:
     pipeline_version: int = PIPELINE_VERSION
     revision: str | None = None
     target: str | None = None
+    target_quantization: str | None = None      # vLLM's online quantization of the target, for calibrate and bench
     scheme: str = DEFAULT_SCHEME
     calibrate: CalibrateSpec = field(default_factory=CalibrateSpec)
     quantize: QuantizeSpec = field(default_factory=QuantizeSpec)
@@ -212,7 +213,10 @@ def _needs_calibration(scheme: str) -> bool:
 
 
 def calibrate_options(spec: PipelineSpec, **runtime: Any) -> CalibrationOptions:
-    return CalibrationOptions(**section_values(spec.calibrate), revision=spec.revision, **runtime)
+    """The calibrate stage's options: a capture runs the target as the pipeline serves it (`target_quantization`)."""
+    served = spec.target_quantization if spec.calibrate.data else None
+    return CalibrationOptions(**section_values(spec.calibrate), revision=spec.revision, target_quantization=served,
+                              **runtime)
 
 
 def import_options(spec: PipelineSpec, **runtime: Any) -> ImportOptions:
@@ -245,7 +249,7 @@ def bench_options(spec: PipelineSpec, **runtime: Any) -> BenchOptions:
     values = section_values(spec.bench)
     if values.get("prompts") is None and (spec.calib / INDEX_NAME).is_file():
         values["prompts"] = str(spec.calib)
-    return BenchOptions(**values, target=spec.target, **runtime)
+    return BenchOptions(**values, target=spec.target, target_quantization=spec.target_quantization, **runtime)
 
 
 def push_options(spec: PipelineSpec, **runtime: Any) -> PushOptions:

@@ -206,3 +206,21 @@ def test_pipeline_auto_exclude_records_threshold_and_requantizes_when_it_changes
                           bench={"enabled": False})
     again = run_pipeline(path)
     assert again.stages[1].status == "ran" and "auto_exclude was 0.9" in again.stages[1].detail
+
+
+def test_the_served_targets_online_quantization_reaches_calibrate_and_bench(tmp_path):
+    from eagle3_quant.pipeline_spec import bench_options, calibrate_options, load_pipeline
+
+    path = write_pipeline(tmp_path, target="org/target", target_quantization="fp8",
+                          calibrate={"data": "org/chats", "backend": "vllm"})
+    spec = load_pipeline(path)
+    assert calibrate_options(spec).target_quantization == "fp8"
+    assert bench_options(spec).target_quantization == "fp8"
+    with pytest.raises(PipelineSpecError) as refused:        # transformers cannot quantize the target as vLLM does
+        load_pipeline(write_pipeline(tmp_path, target="org/target", target_quantization="fp8",
+                                     calibrate={"data": "org/chats"}))
+    assert refused.value.field == "calibrate.target_quantization"
+    with pytest.raises(PipelineSpecError) as unknown:
+        load_pipeline(write_pipeline(tmp_path, target="org/target", target_quantization="int3",
+                                     calibrate={"data": "org/chats", "backend": "vllm"}))
+    assert "int3" in unknown.value.message

@@ -142,7 +142,7 @@ def test_the_engine_childs_stand_in_is_the_fused_kernel_bit_for_bit(dtype, monke
     import eagle3_quant.engines as engines
 
     monkeypatch.syspath_prepend(str(Path(engines.__file__).parent / "vllm"))     # the child is run by its path
-    child = importlib.import_module("serve_child")
+    child = importlib.import_module("serve_cpu")
     x = (torch.randn(64, 192, generator=torch.Generator().manual_seed(6)) * 4).to(dtype)
     scale = torch.tensor([0.004])
     out = torch.empty(64, 96, dtype=torch.float8_e4m3fn)

@@ -10,7 +10,7 @@ from validate_helpers import write_manifest_naming
 
 from eagle3_quant.errors import SchemeError
 from eagle3_quant.records.manifest import Manifest
-from eagle3_quant.records.validation_report import read_validation
+from eagle3_quant.records.validation_report import ValidationMetrics, read_validation
 from eagle3_quant.scheme_gates import FP8_GATES, MXFP4_GATES, SCHEME_GATES, gates_for_scheme
 from eagle3_quant.schemes import SCHEMES
 from eagle3_quant.validate.gate_choice import artifact_scheme
@@ -59,7 +59,8 @@ def test_the_report_and_the_card_say_which_gates_applied(tmp_path):
     from eagle3_quant.export.card import _metric_rows
 
     gates, source = Gates(min_acceptance_ratio=0.97).resolve("w_mxfp6_e2m3_a_mxfp6_e2m3")
-    report = ValidationReport(tmp_path, None, None, gates, (), {}, (), {"status": "skipped"}, gate_source=source)
+    report = ValidationReport(tmp_path, None, None, gates, (), ValidationMetrics(), (), {"status": "skipped"},
+                              gate_source=source)
     data = json.loads(report.write(tmp_path / "validation.json").read_text())
     assert data["gates"]["min_acceptance_ratio"] == 0.97 and data["gate_source"]["min_acceptance_ratio"] == "set"
     assert data["gate_source"]["min_top1_agreement"] == "default for w_mxfp6_e2m3_a_mxfp6_e2m3"

@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 
 from eagle3_quant.errors import OptionsError
+from eagle3_quant.records.validation_report import ValidationMetrics
+from eagle3_quant.util.json_values import json_safe
 from eagle3_quant.validate.report import Gates, ValidationReport, gate, passed, skipped
 
 
@@ -29,7 +31,8 @@ def test_gate_decisions():
 def test_json_keeps_missing_measurements_null_and_skipped_is_not_passed(tmp_path):
     report = ValidationReport(Path("/o"), None, None, Gates(), (passed("a", "ok", value=1.5),
                                                                  skipped("b", "needs calibration data")),
-                              {"kl": math.nan, "k": 3}, (), {"status": "skipped", "reason": "no GPU"})
+                              ValidationMetrics.read(json_safe({"kl": math.nan, "k": 3})), (),
+                              {"status": "skipped", "reason": "no GPU"})
     data = json.loads(report.write(tmp_path / "r.json").read_text())
     assert data["report_version"] == 1 and data["passed"] is True
     assert data["metrics"] == {"kl": None, "k": 3}

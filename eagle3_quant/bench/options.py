@@ -30,7 +30,7 @@ class BenchOptions:
                                              "make setup-engine).", pipeline=False)
     target_quantization: str | None = option(None, "Serve a BF16 target quantized by vLLM at load (vLLM's "
                                                    "--quantization, e.g. fp8). A quantized checkpoint needs none: "
-                                                   "vLLM reads its quantization_config.")
+                                                   "vLLM reads its quantization_config.", pipeline=False)
     dtype: str = option("bfloat16", "The dtype vLLM serves the target and drafts in (bfloat16 or float16).")
     max_num_seqs: int = option(32, "vLLM's max_num_seqs: requests batched at once.")
     timeout_s: float = option(1800.0, "Seconds each engine run may take before it is ended.")

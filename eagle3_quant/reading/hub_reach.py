@@ -10,6 +10,7 @@ HF_HUB_OFFLINE=1 set by the user skips the probe: nothing is asked of the networ
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 PROBE_TIMEOUT_S = 3.0
@@ -43,11 +44,9 @@ def reach_hub() -> None:
         reason = " ".join(str(exc).split())[:160] or type(exc).__name__
         _unreachable[endpoint] = reason
         constants.HF_HUB_OFFLINE = True
-        try:
-            import datasets.config
-        except ImportError:     # pragma: no cover - datasets is a dependency
-            return
-        datasets.config.HF_HUB_OFFLINE = True
+        loaded = sys.modules.get("datasets.config")      # datasets keeps its own copy once imported
+        if loaded is not None:
+            loaded.HF_HUB_OFFLINE = True
 
 
 def _user_offline() -> bool:
