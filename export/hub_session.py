@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 from eagle3_quant.errors import Eagle3QuantError, HubAuthError, HubError, PublishError
 from eagle3_quant.reading.hub_errors import HubUnreachableError, hub_failure
+from eagle3_quant.reading.hub_reach import reach_hub, user_offline
 
 T = TypeVar("T")
 MASK = "hf_***"
@@ -108,12 +109,18 @@ def translate(exc: BaseException, token: str | None, endpoint: str, repo_id: str
 
 
 def require_online(repo_id: str) -> None:
-    """Publishing needs the Hub: HF_HUB_OFFLINE is refused in one line before anything is written or sent."""
+    """Publishing needs the Hub: HF_HUB_OFFLINE, or an endpoint that cannot be reached, is refused in one line
+    before anything is written or sent."""
     from huggingface_hub import constants
 
-    if constants.is_offline_mode():
+    if user_offline():
         raise HubUnreachableError("HF_HUB_OFFLINE is set: publishing needs the Hub", path=repo_id,
                                   hint="unset HF_HUB_OFFLINE")
+    endpoint = os.environ.get("HF_ENDPOINT", constants.ENDPOINT).rstrip("/")
+    reason = reach_hub(endpoint)
+    if reason is not None:
+        raise HubUnreachableError(f"the Hub at {endpoint} cannot be reached ({reason}): publishing needs the Hub",
+                                  path=repo_id)
 
 
 class HubSession:

@@ -29,6 +29,15 @@ def folder_hashes(folder: Path) -> dict[str, str]:
             for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
+@pytest.fixture(autouse=True)
+def hub_probe_forgotten():
+    """The Hub probe's offline mode lasts a process; each test starts with the environment's own."""
+    yield
+    from eagle3_quant.reading import hub_reach
+
+    hub_reach.forget()
+
+
 @pytest.fixture
 def make_draft(tmp_path: Path) -> Callable[..., Path]:
     """Build a tiny synthetic draft in tmp_path: make_draft(fmt=..., shards=..., name=...)."""

@@ -93,14 +93,15 @@ def test_calibrate_batched_or_not_gives_the_same_acceptance(tmp_path):
     fp8 = quantize_draft(PAIR / "draft", tmp_path / "fp8", device="cpu").output
     reports = {s: validate_draft(fp8, reference=PAIR / "draft", calib=sets[s], kernel=False, vllm=False,
                                  sglang=False).metrics for s in sets}
-    print("\n" + "; ".join(f"batch {s or 'default'}: {m['drafts']} chains, BF16 {m['acceptance_length_bf16']:.4f}, "
-                           f"FP8 {m['acceptance_length_fp8']:.4f}" for s, m in reports.items()))
-    assert reports[1]["drafts"] == reports[None]["drafts"]                  # the same chains
+    print("\n" + "; ".join(f"batch {s or 'default'}: {m.drafts} chains, BF16 {m.acceptance_length_bf16:.4f}, "
+                           f"FP8 {m.acceptance_length_fp8:.4f}" for s, m in reports.items()))
+    assert reports[1].drafts == reports[None].drafts                  # the same chains
     # the drafts compute in bf16 as vLLM serves them: states that differ in the last fp32 bits (batched matmuls)
     # can flip a bf16 rounding and one chain's count (measured: FP8 2.2736 vs 2.2699 over the same chains)
     # (and the load-chosen thread count of each calibration moves them further: FP8 2.2681 vs 2.2609 measured, 552
     # chains), so the bound is the sampling scale of these chains, half the ratio's 95% interval, not a literal
-    low, high = reports[1]["acceptance_ratio_interval"]
+    low, high = reports[1].acceptance_ratio_interval
     for key in ("acceptance_length_bf16", "acceptance_length_fp8"):
-        assert abs(reports[1][key] - reports[None][key]) <= (high - low) / 2 * reports[1][key], key
-    assert low <= reports[None]["acceptance_ratio"] <= high
+        one, default = getattr(reports[1], key), getattr(reports[None], key)
+        assert abs(one - default) <= (high - low) / 2 * one, key
+    assert low <= reports[None].acceptance_ratio <= high

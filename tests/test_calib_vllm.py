@@ -230,8 +230,8 @@ def test_validate_accepts_the_vllm_set_with_the_same_acceptance(both_sets, tiny_
                                        calib=calib.path, kernel=False, vllm=False, sglang=False)
                for backend, calib in sets.items()}
     ours, engine = reports["transformers"].metrics, reports["vllm"].metrics
-    assert engine["drafts"] == ours["drafts"] > 0
-    assert engine["acceptance_length_bf16"] == pytest.approx(ours["acceptance_length_bf16"], abs=1e-9)
-    low, high = ours["acceptance_ratio_interval"]
-    assert low <= engine["acceptance_ratio"] <= high
+    assert engine.drafts == ours.drafts > 0
+    assert engine.acceptance_length_bf16 == pytest.approx(ours.acceptance_length_bf16, abs=1e-9)
+    low, high = ours.acceptance_ratio_interval
+    assert low <= engine.acceptance_ratio <= high
     assert reports["vllm"].calibration["samples"] == 4

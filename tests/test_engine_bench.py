@@ -49,8 +49,9 @@ def copy_artifact(src: Path, dst: Path) -> Path:
 def bench(artifact: Path, **options):
     from eagle3_quant.bench.api import bench_draft
 
+    options = {"num_prompts": NUM_PROMPTS, "max_tokens": MAX_TOKENS, **options}
     return bench_draft(artifact, target=str(PAIR / "target"), reference=PAIR / "draft", prompts=str(PROMPTS),
-                       num_prompts=NUM_PROMPTS, max_tokens=MAX_TOKENS, **options)
+                       **options)
 
 
 @pytest.fixture(scope="module")

@@ -144,10 +144,10 @@ def test_gptq_llama_draft_is_validated_and_loaded_by_the_engines(tiny_pair, llam
     0.9960..1.0044), top-1 0.9677; round-to-nearest on the same set: 1.0017."""
     report = validate_draft(llama_gptq.output, reference=tiny_pair.draft, calib=tiny_pair.calib, gates=Gates())
     m = report.metrics
-    print(f"\ntiny pair, PTPC + GPTQ: ratio {m['acceptance_ratio']:.4f} {m['acceptance_ratio_interval']}, "
-          f"top-1 {m['top1_agreement']:.4f}")
+    print(f"\ntiny pair, PTPC + GPTQ: ratio {m.acceptance_ratio:.4f} {m.acceptance_ratio_interval}, "
+          f"top-1 {m.top1_agreement:.4f}")
     assert report.passed, [(c.name, c.detail) for c in report.failed_checks]
-    assert m["acceptance_ratio"] >= 0.99 and m["drafts"] >= 6000
+    assert m.acceptance_ratio >= 0.99 and m.drafts >= 6000
     status = {c.name: c.status for c in report.checks}
     assert status["vllm_load"] == ("skipped" if vllm_missing_reason() else "passed")
     assert status["sglang_load"] == ("skipped" if sglang_missing() else "passed")

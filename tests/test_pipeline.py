@@ -100,7 +100,8 @@ def test_pipeline_runs_resumes_and_pushes(make_draft, tmp_path, hub, capsys):
                           push={"allow_unvalidated": True, "allow_unmeasured": True})
     first = run_pipeline(path)
     status = {s.name: s.status for s in first.stages}
-    assert status["calibrate"] == "skipped" and status["quantize"] == "ran" and status["push"] == "ran"
+    assert status["calibrate"] == "skipped" and status["quantize"] == "ran" and status["push"] == "ran", \
+        [(s.name, s.detail) for s in first.stages]
     assert first.push.commit_oid and REPO in hub.store.repos
     commits = hub.store.commit_count(REPO)
 

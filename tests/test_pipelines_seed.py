@@ -108,7 +108,7 @@ def test_pipeline_imports_a_vllm_dump_and_validates_with_it(tmp_path):
     from eagle3_quant.records.validation_report import read_validation
 
     report = read_validation(first.spec.out)
-    assert report.passed and report.metrics["acceptance_ratio"] > 0.9     # measured on the imported set
+    assert report.passed and report.metrics.acceptance_ratio > 0.9     # measured on the imported set
     served = Manifest.read(first.spec.out).serve_taps
     assert served.served == [1, 2, 3] and {m.name for m in served.measured} == {"trained=sglang", "vllm"}
     assert {m.name for m in report.taps_measured} == {"trained=vllm=vllm_v2=sglang", "source:vllm"}   # the artifact's

@@ -137,7 +137,7 @@ def test_bad_token_gives_clear_401_and_creates_nothing(make_out, hub, monkeypatc
     code, _, err = run_cli("push", str(make_out(name="o2")), "--repo-id", REPO, capsys=capsys)
     assert code == 2 and "401" in err and "HF_TOKEN" in err and "hf_wrong_token_value_987" not in err
     assert hub.store.repos == {}
-    assert {r.path for r in hub.requests} <= {"/api/whoami-v2", "/api/agent-harnesses"}
+    assert {r.path for r in hub.requests} <= {"/", "/api/whoami-v2", "/api/agent-harnesses"}   # "/": the reach probe
 
 
 def test_no_token_refused_before_any_request(make_out, hub, monkeypatch, tmp_path):

@@ -182,9 +182,9 @@ def test_tiny_pair_auto_picks_the_cheapest_that_keeps_the_gate(auto_on_tiny_pair
     assert config["draft_vocab_size"] == (chosen.draft_vocab or 768)
     report = validate_draft(out, reference=auto_pair.draft, calib=auto_pair.calib, target=auto_pair.target,
                             kernel=False, vllm=False, sglang=False)
-    measured = report.metrics["acceptance_ratio"]
+    measured = report.metrics.acceptance_ratio
     assert measured == pytest.approx(chosen.acceptance_ratio, abs=1e-9)     # same simulation, same weights
-    assert report.metrics["drafts"] == record.drafts
+    assert report.metrics.drafts == record.drafts
     if chosen.coverage is not None:
         assert manifest.vocab_pruning["coverage"] == pytest.approx(chosen.coverage)
     print("\n" + "\n".join(f"{r.name:32s} {r.step_bytes:>9,} {r.step_bytes_over_bf16:.3f} "

@@ -89,23 +89,23 @@ def reports(artifacts, tiny_pair, union_calib):
 
 def test_validate_measures_the_acceptance_under_each_candidate(reports):
     trained, as_is = (reports[n].metrics for n in ("trained", "as-is"))
-    assert trained["aux_layer_ids"] == [1, 2, 3] and as_is["aux_layer_ids"] == [0, 1, 2]     # what vLLM feeds
+    assert trained.aux_layer_ids == (1, 2, 3) and as_is.aux_layer_ids == (0, 1, 2)     # what vLLM feeds
     # named by the artifact's config (every engine feeds the trained layers); the set's other candidate by its source
-    rows = {r["name"]: r for r in trained["taps"]["measured"]}
-    assert list(rows) == [EVERYONE, "source:vllm"] and rows["source:vllm"]["indices"] == [0, 1, 2]
-    assert rows[EVERYONE]["fed_by"] == ["vllm", "vllm_v2", "sglang"] and rows["source:vllm"]["fed_by"] == []
+    rows = {r.name: r for r in trained.taps.measured}
+    assert list(rows) == [EVERYONE, "source:vllm"] and rows["source:vllm"].indices == (0, 1, 2)
+    assert rows[EVERYONE].fed_by == ("vllm", "vllm_v2", "sglang") and rows["source:vllm"].fed_by == ()
     for precision in ("bf16", "fp8"):
         key = f"acceptance_length_{precision}"
-        assert rows[EVERYONE][key] >= TRAINED_BAR > SHIPPED_BAR > rows["source:vllm"][key], precision
-    assert trained["acceptance_length_fp8"] == rows[EVERYONE]["acceptance_length_fp8"]
-    assert trained["taps"]["best"] == EVERYONE and trained["taps"]["notes"] == []
-    fed = {r["name"]: r["fed_by"] for r in as_is["taps"]["measured"]}
-    assert fed == {"trained=sglang": ["sglang"], "vllm": ["vllm"]}
-    assert as_is["acceptance_length_bf16"] < SHIPPED_BAR                  # the gates: vLLM's layers
+        assert getattr(rows[EVERYONE], key) >= TRAINED_BAR > SHIPPED_BAR > getattr(rows["source:vllm"], key), precision
+    assert trained.acceptance_length_fp8 == rows[EVERYONE].acceptance_length_fp8
+    assert trained.taps.best == EVERYONE and trained.taps.notes == ()
+    fed = {r.name: r.fed_by for r in as_is.taps.measured}
+    assert fed == {"trained=sglang": ("sglang",), "vllm": ("vllm",)}
+    assert as_is.acceptance_length_bf16 < SHIPPED_BAR                  # the gates: vLLM's layers
     # the same simulation on the same set and weights, in one process: equal on any machine
-    assert as_is["acceptance_length_bf16"] == rows["source:vllm"]["acceptance_length_bf16"]
-    assert as_is["taps"]["best"] == "trained=sglang"
-    assert any(n.startswith("vllm feeds this draft hidden_states[0, 1, 2]") for n in as_is["taps"]["notes"])
+    assert as_is.acceptance_length_bf16 == rows["source:vllm"].acceptance_length_bf16
+    assert as_is.taps.best == "trained=sglang"
+    assert any(n.startswith("vllm feeds this draft hidden_states[0, 1, 2]") for n in as_is.taps.notes)
     checks = {c.name: c for c in reports["trained"].checks}
     assert checks["config_consistency"].status == "passed"       # the written key is the manifest's
 
@@ -232,9 +232,9 @@ def test_a_draft_without_ids_is_measured_and_the_best_candidate_written(no_ids):
     assert record.feeds_before == {"vllm": [2, 4, 5], "vllm_v2": [2, 4, 5], "sglang": [2, 4, 5]}
     assert record.feeds_after == {"vllm": [3, 5, 6], "vllm_v2": [3, 5, 6], "sglang": [3, 5, 6]}
     report = validate_draft(out, reference=draft, calib=calib, kernel=False, vllm=False, sglang=False)
-    assert report.metrics["aux_layer_ids"] == [3, 5, 6] and report.metrics["acceptance_length_fp8"] > 2.2
-    assert report.metrics["taps"]["best"] == EVERYONE
-    names = [r["name"] for r in report.metrics["taps"]["measured"]]
+    assert report.metrics.aux_layer_ids == (3, 5, 6) and report.metrics.acceptance_length_fp8 > 2.2
+    assert report.metrics.taps.best == EVERYONE
+    names = [r.name for r in report.metrics.taps.measured]
     assert names == [EVERYONE, "source:vllm=vllm_v2=sglang=defaults", "source:specforge-defaults-as-inputs"]
     as_is = quantize_draft(draft, root / "as-is", device="cpu", serve_taps="as-is").output
     assert config_of(as_is) == config_of(draft)

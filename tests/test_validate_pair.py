@@ -31,25 +31,25 @@ def report(tiny_pair, tmp_path_factory):
 def test_fp8_keeps_the_acceptance_of_the_bf16_draft(report):
     m = report.metrics
     assert report.passed, [(c.name, c.detail) for c in report.failed_checks]
-    assert m["k"] == K and m["drafts"] >= 6000
-    assert m["acceptance_length_bf16"] >= 2.0                       # the fixture's own bar
-    assert m["acceptance_ratio"] >= 0.99
-    low, high = m["acceptance_ratio_interval"]
-    assert low <= m["acceptance_ratio"] <= high and high - low <= 0.02     # resolves 1%
+    assert m.k == K and m.drafts >= 6000
+    assert m.acceptance_length_bf16 >= 2.0                       # the fixture's own bar
+    assert m.acceptance_ratio >= 0.99
+    low, high = m.acceptance_ratio_interval
+    assert low <= m.acceptance_ratio <= high and high - low <= 0.02     # resolves 1%
     assert report.gates.min_top1_agreement == 0.95 and report.gate_source["min_top1_agreement"] == "default for " \
                                                                                                  "ptpc_fp8"
-    assert m["top1_agreement"] >= report.gates.min_top1_agreement and 0 <= m["kl"] < 0.01
+    assert m.top1_agreement >= report.gates.min_top1_agreement and 0 <= m.kl < 0.01
     for key in ("per_position_acceptance_bf16", "per_position_acceptance_fp8"):
-        rates = m[key]
+        rates = getattr(m, key)
         assert len(rates) == K and all(a >= b for a, b in zip(rates, rates[1:], strict=False))
-    assert abs(m["acceptance_length_bf16"] - 1 - sum(m["per_position_acceptance_bf16"])) < 1e-9
+    assert abs(m.acceptance_length_bf16 - 1 - sum(m.per_position_acceptance_bf16)) < 1e-9
     assert report.calibration["samples"] == CALIB_PROMPTS
-    assert m["compute_dtype"] == "bfloat16" and m["prediction"]["engine"] == "vllm"   # vLLM's serving numerics
-    walk = m["engine_walk"]                          # the chains vLLM's engine drafts on the same continuations
-    assert 0 < walk["drafts_bf16"] < m["drafts"] and 0 < walk["drafts_fp8"] < m["drafts"]
-    walk_low, walk_high = walk["acceptance_ratio_interval"]
-    assert walk_low <= walk["acceptance_ratio"] <= walk_high
-    assert abs(walk["acceptance_length_fp8"] - 1 - sum(walk["per_position_acceptance_fp8"])) < 1e-9
+    assert m.compute_dtype == "bfloat16" and m.prediction.engine == "vllm"   # vLLM's serving numerics
+    walk = m.engine_walk                          # the chains vLLM's engine drafts on the same continuations
+    assert 0 < walk.drafts_bf16 < m.drafts and 0 < walk.drafts_fp8 < m.drafts
+    walk_low, walk_high = walk.acceptance_ratio_interval
+    assert walk_low <= walk.acceptance_ratio <= walk_high
+    assert abs(walk.acceptance_length_fp8 - 1 - sum(walk.per_position_acceptance_fp8)) < 1e-9
     assert {c.name: c.status for c in report.checks}["acceptance_ratio"] == "passed"
 
 

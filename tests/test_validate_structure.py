@@ -39,7 +39,7 @@ def test_clean_artifact_passes_data_free_checks_and_says_what_did_not_run(artifa
     for name in ("top1_agreement", "acceptance_ratio", "kernel_path", "mi355x_hipblaslt"):
         assert status[name] == "skipped" and report.check(name).detail
     assert "--calib" in report.check("acceptance_ratio").detail
-    assert 28 < report.metrics["min_weight_sqnr_db"] < 40      # FP8 E4M3 per-channel on Gaussian weights
+    assert 28 < report.metrics.min_weight_sqnr_db < 40      # FP8 E4M3 per-channel on Gaussian weights
     assert len(report.layers) == 7
     data = json.loads((out / "validation.json").read_text())
     assert data["report_version"] == REPORT_VERSION and data["passed"] is True

@@ -23,33 +23,46 @@ def _network_error(exc: BaseException) -> bool:
     return type(exc).__name__ in NETWORK_ERRORS or isinstance(exc, ConnectionError | TimeoutError)
 
 
-def reach_hub() -> None:
-    """Ask the endpoint once (one request, no retry); unreachable: offline mode for this process."""
+def reach_hub(endpoint: str | None = None) -> str | None:
+    """Ask ENDPOINT (default: huggingface_hub's) once (one request, no retry); unreachable: offline mode for this
+    process. Returns why it could not be reached (None: reachable, or the user's own offline mode)."""
     from huggingface_hub import constants
     from huggingface_hub.utils import get_session
 
-    endpoint = constants.ENDPOINT
-    if _user_offline():
-        return
-    if endpoint in _unreachable:
-        if _unreachable[endpoint] is not None:
-            constants.HF_HUB_OFFLINE = True
-        return
-    try:
-        get_session().head(endpoint, timeout=PROBE_TIMEOUT_S)     # any HTTP answer: the Hub is there
-        _unreachable[endpoint] = None
-    except Exception as exc:  # noqa: BLE001 - only network failures mean "unreachable"; the read reports the rest
-        if not _network_error(exc):
-            return
-        reason = " ".join(str(exc).split())[:160] or type(exc).__name__
-        _unreachable[endpoint] = reason
-        constants.HF_HUB_OFFLINE = True
-        loaded = sys.modules.get("datasets.config")      # datasets keeps its own copy once imported
-        if loaded is not None:
-            loaded.HF_HUB_OFFLINE = True
+    endpoint = endpoint or constants.ENDPOINT
+    if user_offline():
+        return None
+    if endpoint not in _unreachable:
+        _set_offline(False)             # another endpoint's answer must not refuse this request
+        try:
+            get_session().head(endpoint, timeout=PROBE_TIMEOUT_S)     # any HTTP answer: the Hub is there
+            _unreachable[endpoint] = None
+        except Exception as exc:  # noqa: BLE001 - only network failures mean "unreachable"; the read reports the rest
+            if not _network_error(exc):
+                return None
+            _unreachable[endpoint] = " ".join(str(exc).split())[:160] or type(exc).__name__
+    _set_offline(_unreachable[endpoint] is not None)
+    return _unreachable[endpoint]
 
 
-def _user_offline() -> bool:
+def _set_offline(offline: bool) -> None:
+    """Offline mode follows the endpoint now in use: one found unreachable turns it on, a reachable one off."""
+    from huggingface_hub import constants
+
+    constants.HF_HUB_OFFLINE = offline
+    loaded = sys.modules.get("datasets.config")      # datasets keeps its own copy once imported
+    if loaded is not None:
+        loaded.HF_HUB_OFFLINE = offline
+
+
+def forget() -> None:
+    """Forget every probe's answer and leave offline mode to the environment (tests: one process, many Hubs)."""
+    _unreachable.clear()
+    _set_offline(user_offline())
+
+
+def user_offline() -> bool:
+    """HF_HUB_OFFLINE set by the user (not by the probe)."""
     from huggingface_hub import constants
 
     return constants._is_true(os.environ.get("HF_HUB_OFFLINE"))
@@ -65,4 +78,4 @@ def unreachable_reason() -> str | None:
     """Why the current endpoint could not be reached, when the probe found it so (offline mode is then ours)."""
     from huggingface_hub import constants
 
-    return None if _user_offline() else _unreachable.get(constants.ENDPOINT)
+    return None if user_offline() else _unreachable.get(constants.ENDPOINT)
