@@ -162,3 +162,17 @@ def test_push_under_the_users_offline_mode_is_refused_in_one_line(offline, tiny_
     line = _one_error_line(code, err, REPO, "HF_HUB_OFFLINE is set: publishing needs the Hub")
     assert "unset HF_HUB_OFFLINE" in line
     assert sorted(p.name for p in artifact.iterdir()) == before          # no card written
+
+
+def test_offline_mode_follows_the_endpoint_in_use(hub, monkeypatch):
+    """One endpoint found unreachable must not refuse requests to another that answers (a push to a second Hub)."""
+    from huggingface_hub import constants
+
+    from eagle3_quant.reading.hub_reach import reach_hub
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    assert reach_hub(UNREACHABLE) is not None and constants.HF_HUB_OFFLINE
+    assert reach_hub(hub.url) is None and not constants.HF_HUB_OFFLINE
+    asked = len(hub.requests)
+    assert reach_hub(UNREACHABLE) is not None and constants.HF_HUB_OFFLINE       # remembered, not asked again
+    assert reach_hub(hub.url) is None and len(hub.requests) == asked

@@ -57,7 +57,8 @@ def quantized(cache: Path, name: str, flags: list[str]) -> Path:
 def benched(artifact: Path, target: Path, prompts: int, tokens: int, extra: list[str]) -> dict:
     """bench.json of ARTIFACT beside TARGET (bench writes it into the artifact: one copy per target)."""
     run([eagle3_quant_bin(), "bench", str(artifact), "--target", str(target), "--reference", str(DRAFT_DIR),
-         "--prompts", str(HELDOUT_FILE), "--num-prompts", str(prompts), "--max-tokens", str(tokens), *extra])
+         "--prompts", str(HELDOUT_FILE), "--num-prompts", str(prompts), "--max-tokens", str(tokens), "--no-predict",
+         *extra])
     return json.loads((artifact / BENCH_NAME).read_text())
 
 
@@ -72,8 +73,8 @@ def row(label: str, report: dict) -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.studies.quantized_targets",
                                      description=__doc__.splitlines()[0])
-    parser.add_argument("--num-prompts", type=int, default=32)
-    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--num-prompts", type=int, default=24)
+    parser.add_argument("--max-tokens", type=int, default=48)
     parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE / "quantized-targets")
     args = parser.parse_args(argv)
     bf16 = prepare()
