@@ -159,6 +159,17 @@ def test_a_first_difference_is_a_near_tie_only_within_two_steps_of_the_dtype_bet
     assert lossless(outputs, baseline).near_ties is None and not lossless(outputs, baseline).lossless
 
 
+def test_an_exact_tie_is_a_near_tie_whichever_of_the_two_the_engine_lists_first():
+    """The real pair's case: logits equal in bf16, the no-draft run's argmax (744) listed second by the engine."""
+    from eagle3_quant.bench.stats import lossless
+
+    top = [[[[5, 1.0], [2, 0.5]], [[5248, 17.25], [744, 17.25]]]]
+    match = lossless([[5, 5248]], [[5, 744]], top, "bfloat16")
+    (tie,) = match.differences
+    assert (tie.kind, tie.margin, tie.steps, match.lossless) == ("near tie", 0.0, 0.0, True)
+    assert lossless([[5, 9]], [[5, 744]], top, "bfloat16").differences[0].kind == "real"   # not one of the two
+
+
 def test_a_classified_match_reads_and_writes_back_byte_for_byte():
     from eagle3_quant.bench.stats import lossless
     from eagle3_quant.records.bench_run import SequencesMatch

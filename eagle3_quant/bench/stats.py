@@ -95,7 +95,8 @@ def first_difference(prompt: int, output: list[int], baseline: list[int], top: l
     (first_id, first_logit), (second_id, second_logit) = top[position][:2]
     margin = first_logit - second_logit
     steps = margin / dtype_step(max(abs(first_logit), abs(second_logit)), dtype)
-    tie = first_id == without and second_id == with_draft and steps <= NEAR_TIE_STEPS
+    # within the resolution either order is the same number: the engine's argmax may name either of the two
+    tie = {first_id, second_id} == {without, with_draft} and steps <= NEAR_TIE_STEPS
     return FirstDifference(prompt, position, without, with_draft, margin, steps, "near tie" if tie else "real")
 
 
