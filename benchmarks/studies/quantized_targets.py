@@ -76,6 +76,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--num-prompts", type=int, default=24)
     parser.add_argument("--max-tokens", type=int, default=48)
     parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE / "quantized-targets")
+    parser.add_argument("--static-targets", default="fp8,mxfp4",
+                        help="quantized targets for the static-FP8 calibration comparison (comma-separated)")
     args = parser.parse_args(argv)
     bf16 = prepare()
     targets = {"bf16": bf16, **prepare_quantized(bf16, cache_dir())}
@@ -88,7 +90,7 @@ def main(argv: list[str] | None = None) -> None:
         plan.append((f"PTPC beside the {name} target", "ptpc", [], target, []))
     plan.append(("PTPC beside vLLM's online FP8 of the bf16 target", "ptpc", [], bf16,
                  ["--target-quantization", "fp8"]))
-    for name in ("fp8", "mxfp4"):
+    for name in filter(None, args.static_targets.split(",")):
         plan.append((f"static FP8 calibrated on the bf16 target, beside the {name} target", "static-bf16-calib",
                      ["--scheme", "fp8", "--calib", str(calib_bf16)], targets[name], []))
         served = calibration(args.cache, name, targets[name])
