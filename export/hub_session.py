@@ -37,11 +37,18 @@ def resolve_token() -> str:
     return token
 
 
+def _environment_endpoint() -> str:
+    """The endpoint HF_ENDPOINT names now (huggingface_hub's own copy was read at its import)."""
+    from huggingface_hub import constants
+
+    return os.environ.get("HF_ENDPOINT", constants.ENDPOINT).rstrip("/")
+
+
 def _sync_constants() -> dict[str, Any]:
     """Point huggingface_hub at the environment's endpoint; return the previous values to restore."""
     from huggingface_hub import constants
 
-    endpoint = os.environ.get("HF_ENDPOINT", constants.ENDPOINT).rstrip("/")
+    endpoint = _environment_endpoint()
     wanted = {
         "ENDPOINT": endpoint,
         "HUGGINGFACE_CO_URL_TEMPLATE": endpoint + "/{repo_id}/resolve/{revision}/{filename}",
@@ -111,12 +118,10 @@ def translate(exc: BaseException, token: str | None, endpoint: str, repo_id: str
 def require_online(repo_id: str) -> None:
     """Publishing needs the Hub: HF_HUB_OFFLINE, or an endpoint that cannot be reached, is refused in one line
     before anything is written or sent."""
-    from huggingface_hub import constants
-
     if user_offline():
         raise HubUnreachableError("HF_HUB_OFFLINE is set: publishing needs the Hub", path=repo_id,
                                   hint="unset HF_HUB_OFFLINE")
-    endpoint = os.environ.get("HF_ENDPOINT", constants.ENDPOINT).rstrip("/")
+    endpoint = _environment_endpoint()
     reason = reach_hub(endpoint)
     if reason is not None:
         raise HubUnreachableError(f"the Hub at {endpoint} cannot be reached ({reason}): publishing needs the Hub",
