@@ -49,8 +49,8 @@ def engine_rows(run: EngineRun | None) -> list[tuple[str, str]]:
     counts = [f"{name} {match.equal_sequences}/{match.sequences}{differences_text(match)}"
               for name, match in lossless.drafts.items()]
     verdict = "yes" if lossless.lossless else "NO"
-    rows.append(("lossless: greedy output with the draft equals without it (but for near ties of the target's "
-                 "top two)", f"{verdict} ({', '.join(counts)} sequences)"))
+    rows.append(("lossless: greedy output with the draft equals without it (but for near ties among the "
+                 "target's top logits)", f"{verdict} ({', '.join(counts)} sequences)"))
     if run.substituted_ops:
         rows.append(("engine ops done by other code", "; ".join(f"`{engine_op(op)}` ({row.why}): {row.with_}"
                                                                 for op, row in run.substituted_ops.items())

@@ -198,7 +198,8 @@ def test_card_shows_the_engine_measurement_beside_the_prediction_marked_with_eng
             "1.705 |") in text
     assert ("| acceptance ratio this / BF16 (vLLM) | 0.9930 (95% 0.9868..0.9988); validate predicted 0.9919 "
             "(95% 0.9876..0.9961) |") in text
-    assert ("| lossless: greedy output with the draft equals without it (but for near ties of the target's top two) | "
+    assert ("| lossless: greedy output with the draft equals without it (but for near ties among the target's "
+            "top logits) | "
             "yes (reference 256/256, artifact 256/256 sequences) |") in text
     assert "`_C.silu_and_mul_quant` (missing in this build)" in text and "not a GPU serving speed" in text
     assert "| vLLM engine run | not measured" in make_card(make_out(PASSED_REPORT, "plain"), "org/x").text

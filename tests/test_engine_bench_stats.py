@@ -138,7 +138,7 @@ def test_a_cpu_engine_reports_no_speed_and_a_gpu_engine_its_ratios():
                                "reference 0.20x, artifact 2.00x")
 
 
-def test_a_first_difference_is_a_near_tie_only_within_two_steps_of_the_dtype_between_the_top_two():
+def test_a_first_difference_is_a_near_tie_only_within_two_steps_of_the_dtype_of_the_no_draft_token():
     from eagle3_quant.bench.stats import dtype_step, lossless
 
     assert dtype_step(20.0, "bfloat16") == 2.0 ** (4 - 7) and dtype_step(20.0, "float32") == 2.0 ** (4 - 23)
@@ -168,6 +168,20 @@ def test_an_exact_tie_is_a_near_tie_whichever_of_the_two_the_engine_lists_first(
     (tie,) = match.differences
     assert (tie.kind, tie.margin, tie.steps, match.lossless) == ("near tie", 0.0, 0.0, True)
     assert lossless([[5, 9]], [[5, 744]], top, "bfloat16").differences[0].kind == "real"   # not one of the two
+
+
+def test_a_token_ranked_below_the_runner_up_is_a_near_tie_when_its_logit_is_as_close():
+    """The real pair's case on another CPU: the top three within one bf16 step, the draft run took the third."""
+    from eagle3_quant.bench.stats import TOP_LOGITS, lossless
+
+    top = [[[[5, 1.0], [2, 0.5]], [[41, 32.5], [7, 32.25], [33, 32.25], [8, 30.0], [9, 29.0]]]]
+    (third,) = lossless([[5, 33]], [[5, 41]], top, "bfloat16").differences
+    assert (third.kind, third.margin, third.steps) == ("near tie", 0.25, 1.0)
+    (fourth,) = lossless([[5, 8]], [[5, 41]], top, "bfloat16").differences
+    assert (fourth.kind, fourth.margin, fourth.steps) == ("real", 2.5, 10.0)
+    (unlisted,) = lossless([[5, 99]], [[5, 41]], top, "bfloat16").differences
+    assert (unlisted.kind, unlisted.margin) == ("real", None)
+    assert TOP_LOGITS >= 3
 
 
 def test_a_classified_match_reads_and_writes_back_byte_for_byte():

@@ -122,6 +122,12 @@ def test_what_a_successful_child_leaves_running_is_ended(tmp_path):
     assert not any(alive(pid) for pid in pids_of(pids))
 
 
+
+def interruptible() -> None:
+    """The parent as a CLI in a terminal gets Ctrl-C: under a background job (``make test &``) SIGINT arrives
+    ignored, and Python keeps an ignored SIGINT ignored."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
 def test_ctrl_c_ends_the_tree_and_propagates(tmp_path):
     """The parent in its own process (as the CLI is): SIGINT while the engine runs -> KeyboardInterrupt out of
     run_child (exit 130 here), and the engine and its child are gone."""
@@ -139,7 +145,8 @@ def test_ctrl_c_ends_the_tree_and_propagates(tmp_path):
         except KeyboardInterrupt:
             sys.exit(130)
         """))
-    proc = subprocess.Popen([sys.executable, str(parent)], stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, str(parent)], stderr=subprocess.PIPE, text=True,
+                            preexec_fn=interruptible)
     deadline = time.monotonic() + 120
     while not (pids.exists() and len(pids.read_text().split()) == 2) and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -278,7 +285,8 @@ def test_ctrl_c_leaves_nothing_in_the_temp_folder(tmp_path, system_temp):
         except KeyboardInterrupt:
             sys.exit(130)
         """))
-    proc = subprocess.Popen([sys.executable, str(parent)], stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, str(parent)], stderr=subprocess.PIPE, text=True,
+                            preexec_fn=interruptible)
     deadline = time.monotonic() + 120
     while not seen.exists() and time.monotonic() < deadline:
         time.sleep(0.1)

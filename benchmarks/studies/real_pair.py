@@ -150,7 +150,7 @@ def draft_taps() -> tuple[int, ...]:
 
 
 def _lossless(report: dict) -> str:
-    """"yes" / "no", with the differing sequences told apart (near ties of the target's top two, real ones)."""
+    """"yes" / "no", with the differing sequences told apart (near ties among the target's top logits, real ones)."""
     lossless = report["lossless"]
     parts = []
     for name in ("reference", "artifact"):

@@ -23,6 +23,7 @@ from typing import Any
 from eagle3_quant.bench.options import BenchOptions
 from eagle3_quant.bench.prompts import load_prompts
 from eagle3_quant.bench.stats import (
+    TOP_LOGITS,
     engine_acceptance,
     lossless,
     paired_ratio,
@@ -148,7 +149,8 @@ def _requests(opts: BenchOptions, target: TargetSpec, drafts: dict[str, Path | N
                    "dtype": opts.dtype, "prompts": prompts, "max_tokens": opts.max_tokens, "max_model_len": longest,
                    "max_num_seqs": max(opts.max_num_seqs, *opts.concurrency) if sweep else opts.max_num_seqs,
                    "seed": opts.seed, "sweep": sweep, "quantization": opts.target_quantization,
-                   "mx_emulation": (mx and name == "artifact") or target_mx, "top_logits": 2 if draft is None else 0}
+                   "mx_emulation": (mx and name == "artifact") or target_mx,
+                   "top_logits": TOP_LOGITS if draft is None else 0}
             for name, draft in drafts.items()}
 
 

@@ -72,6 +72,7 @@ def paired_ratio(reference: list[PromptCounts], candidate: list[PromptCounts], s
 
 
 NEAR_TIE_STEPS = 2        # a first difference within two steps of the engine dtype at the logits' size: numerics
+TOP_LOGITS = 5            # the no-draft run's highest logits kept per generated token, to tell differences apart
 MANTISSA_BITS = {"bfloat16": 7, "float16": 10, "float32": 23}
 
 
@@ -84,20 +85,23 @@ def dtype_step(value: float, dtype: str) -> float:
 
 def first_difference(prompt: int, output: list[int], baseline: list[int], top: list | None,
                      dtype: str) -> FirstDifference:
-    """Where `output` (with a draft) first parts from `baseline` (without), told apart by the no-draft run's top two
-    logits there (`top`: per generated position [[id, logit], [id, logit]], top-1 first)."""
+    """Where `output` (with a draft) first parts from `baseline` (without), told apart by the no-draft run's highest
+    logits there (`top`: per generated position [[id, logit], ...], highest first)."""
     position = next((j for j, (a, b) in enumerate(zip(output, baseline, strict=False)) if a != b),
                     min(len(output), len(baseline)))
     with_draft = output[position] if position < len(output) else -1
     without = baseline[position] if position < len(baseline) else -1
     if not top or position >= len(top) or len(top[position]) < 2:
         return FirstDifference(prompt, position, without, with_draft, None, None, "real")
-    (first_id, first_logit), (second_id, second_logit) = top[position][:2]
-    margin = first_logit - second_logit
-    steps = margin / dtype_step(max(abs(first_logit), abs(second_logit)), dtype)
-    # within the resolution either order is the same number: the engine's argmax may name either of the two
-    tie = {first_id, second_id} == {without, with_draft} and steps <= NEAR_TIE_STEPS
-    return FirstDifference(prompt, position, without, with_draft, margin, steps, "near tie" if tie else "real")
+    logits = {int(token): logit for token, logit in top[position]}
+    if without not in logits or with_draft not in logits:
+        return FirstDifference(prompt, position, without, with_draft, None, None, "real")
+    # the draft run's token against the no-draft run's: within the resolution either is the same number, and the
+    # engine's argmax may name either (listed in either order when equal)
+    margin = abs(logits[without] - logits[with_draft])
+    steps = margin / dtype_step(max(abs(logits[without]), abs(logits[with_draft])), dtype)
+    return FirstDifference(prompt, position, without, with_draft, margin, steps,
+                           "near tie" if steps <= NEAR_TIE_STEPS else "real")
 
 
 def lossless(outputs: list[list[int]], baseline: list[list[int]], top: list | None = None,

@@ -126,15 +126,15 @@ class EngineRatio:
 
 @dataclass(frozen=True)
 class FirstDifference:
-    """Where a sequence with the draft first parts from the one without: the target's own top two there."""
+    """Where a sequence with the draft first parts from the one without: the target's own logits there."""
 
     prompt: int
     position: int                           # generated token index
     without_draft: int                      # token ids
     with_draft: int
-    margin: float | None                    # the no-draft run's top-1 minus top-2 logit; None: not returned
+    margin: float | None                    # the no-draft run's logit gap between the two tokens; None: not returned
     steps: float | None                     # that margin in steps of the engine dtype at the logits' magnitude
-    kind: str                               # "near tie" (the runner-up, within NEAR_TIE_STEPS) or "real"
+    kind: str                               # "near tie" (within NEAR_TIE_STEPS) or "real"
 
     def to_dict(self) -> dict:
         return {key: getattr(self, key) for key in self.__dataclass_fields__}
@@ -148,8 +148,8 @@ class FirstDifference:
 @dataclass(frozen=True)
 class SequencesMatch:
     """Greedy output with a draft against the output without one, token for token, per sequence; where the engine
-    returned its top logits, each differing sequence's first difference told apart: a near tie of the target's own
-    top two (numerics: batch shapes flip it) or a real difference. Only real ones make it not lossless."""
+    returned its top logits, each differing sequence's first difference told apart: a near tie among the target's own
+    top logits (numerics: batch shapes flip it) or a real difference. Only real ones make it not lossless."""
 
     lossless: bool
     equal_sequences: int

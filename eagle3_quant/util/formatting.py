@@ -33,7 +33,7 @@ def differences_text(match) -> str:
     """A sequences match's differing sequences told apart (a `records.bench_run.SequencesMatch`), or nothing."""
     if not match.near_ties and not match.real_differences:
         return ""
-    return f" ({match.near_ties} near ties of the target's top two, {match.real_differences} real differences)"
+    return f" ({match.near_ties} near ties among the target's top logits, {match.real_differences} real differences)"
 
 
 def engine_op(name: str) -> str:
