@@ -122,11 +122,11 @@ def test_what_a_successful_child_leaves_running_is_ended(tmp_path):
     assert not any(alive(pid) for pid in pids_of(pids))
 
 
-
 def interruptible() -> None:
     """The parent as a CLI in a terminal gets Ctrl-C: under a background job (``make test &``) SIGINT arrives
     ignored, and Python keeps an ignored SIGINT ignored."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
 
 def test_ctrl_c_ends_the_tree_and_propagates(tmp_path):
     """The parent in its own process (as the CLI is): SIGINT while the engine runs -> KeyboardInterrupt out of

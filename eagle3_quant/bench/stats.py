@@ -91,9 +91,7 @@ def first_difference(prompt: int, output: list[int], baseline: list[int], top: l
                     min(len(output), len(baseline)))
     with_draft = output[position] if position < len(output) else -1
     without = baseline[position] if position < len(baseline) else -1
-    if not top or position >= len(top) or len(top[position]) < 2:
-        return FirstDifference(prompt, position, without, with_draft, None, None, "real")
-    logits = {int(token): logit for token, logit in top[position]}
+    logits = {int(token): logit for token, logit in top[position]} if top and position < len(top) else {}
     if without not in logits or with_draft not in logits:
         return FirstDifference(prompt, position, without, with_draft, None, None, "real")
     # the draft run's token against the no-draft run's: within the resolution either is the same number, and the
