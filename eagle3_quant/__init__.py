@@ -11,6 +11,37 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+STAGES = ("calib", "quantize", "export", "validate")
+
+
+class _CheckoutStages:
+    """Run from the checkout's root (``python -m``, pytest), ``./eagle3_quant`` comes before any installed copy, and
+    the stages it installs as ``eagle3_quant.calib`` ... live beside it: this finder imports them from there."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+
+    def find_spec(self, name: str, path=None, target=None):
+        package, _, stage = name.partition(".")
+        if package != __name__ or stage not in STAGES:
+            return None
+        from importlib.machinery import PathFinder
+
+        return PathFinder.find_spec(name, [self.root])
+
+
+def _find_checkout_stages() -> None:
+    import os
+    import sys
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    root = os.path.dirname(here)
+    beside = all(os.path.isfile(os.path.join(root, stage, "__init__.py")) for stage in STAGES)
+    if beside and not os.path.isdir(os.path.join(here, STAGES[0])):
+        sys.meta_path.append(_CheckoutStages(root))
+
+
+_find_checkout_stages()
 
 _LAZY = {
     "quantize_draft": "eagle3_quant.quantize.api",

@@ -100,3 +100,43 @@ def test_fnuz_conversion_doubles_scales_and_keeps_values():
     assert not torch.isnan(nuz.float()).any()
     assert torch.equal(fp8.dequantize(nuz, sw2), fp8.dequantize(wq, sw))
     assert wq.view(torch.int8)[0, 0].item() == -128  # input untouched
+
+
+def test_a_cpu_torch_without_rowwise_scaled_mm_gets_the_same_product_and_one_warning(monkeypatch):
+    """torch 2.11's CPU _scaled_mm takes only scalar scales; the runtime then computes the product itself."""
+    x, w = _operands(3)
+    a, sa = fp8.quantize_per_token(x)
+    wq, sw = fp8.quantize_weight_per_channel(w)
+    expected = fp8.fp8_linear(a, sa, wq, sw)
+    real = torch._scaled_mm
+
+    def tensorwise_only(a, b, scale_a, scale_b, **kwargs):
+        if a.device.type == "cpu" and (scale_a.numel() > 1 or scale_b.numel() > 1):
+            raise RuntimeError("Now _scaled_mm only supports per-tensor scaling for CPU backend.")
+        return real(a, b, scale_a=scale_a, scale_b=scale_b, **kwargs)
+
+    monkeypatch.setattr(torch, "_scaled_mm", tensorwise_only)
+    fp8.cpu_rowwise_scaled_mm.cache_clear()
+    fp8._say_cpu_fallback_once.cache_clear()
+    try:
+        assert not fp8.cpu_rowwise_scaled_mm()
+        with pytest.warns(RuntimeWarning, match="per-tensor scales") as said:
+            assert torch.equal(fp8.fp8_linear(a, sa, wq, sw), expected)
+            assert torch.equal(fp8.fp8_linear(a, sa, wq, sw), expected)
+        assert len(said) == 1
+        # two scalar scales still go to torch's own op
+        static, per_tensor = fp8.quantize_static(x, torch.tensor([0.05])), fp8.quantize_weight_per_tensor(w)
+        assert torch.equal(fp8.fp8_linear(*static, *per_tensor), fp8.dequantized_matmul(*static, *per_tensor))
+    finally:
+        fp8.cpu_rowwise_scaled_mm.cache_clear()
+        fp8._say_cpu_fallback_once.cache_clear()
+
+
+def test_this_torch_reports_its_cpu_rowwise_support_truthfully():
+    a = torch.ones(16, 16).to(torch.float8_e4m3fn)
+    try:
+        torch._scaled_mm(a, a.t(), scale_a=torch.ones(16, 1), scale_b=torch.ones(1, 16), out_dtype=torch.bfloat16)
+        supported = True
+    except RuntimeError:
+        supported = False
+    assert fp8.cpu_rowwise_scaled_mm() is supported

@@ -50,7 +50,7 @@ class DeepseekRope:
     def factor(self) -> float:
         return float(self.params.get("factor", 1.0)) if self.params else 1.0
 
-    def inv_freq_and_scale(self) -> tuple[torch.Tensor, float]:
+    def frequencies(self) -> tuple[torch.Tensor, float]:
         dim = self.rope_dim
         pos_freqs = self.theta ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim)
         if not self.params:
@@ -76,9 +76,10 @@ class DeepseekRope:
         m = yarn_mscale(self.factor, float(self.params.get("mscale_all_dim", 0) or 0))
         return m * m
 
-    def cos_sin(self, position_ids: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    def cos_sin(self, position_ids: torch.Tensor, dtype: torch.dtype,
+                frequencies: tuple[torch.Tensor, float] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """cos, sin [B, T, rope_dim], each frequency repeated for its (2i, 2i+1) pair; fp32, then `dtype`."""
-        inv_freq, scale = self.inv_freq_and_scale()
+        inv_freq, scale = frequencies or self.frequencies()
         freqs = position_ids.to(torch.float32).unsqueeze(-1) * inv_freq.to(position_ids.device)
         freqs = freqs.repeat_interleave(2, dim=-1)
         return (freqs.cos() * scale).to(dtype), (freqs.sin() * scale).to(dtype)

@@ -26,6 +26,7 @@ from eagle3_quant.runtime.attention import Attention, CausalContext
 from eagle3_quant.runtime.fp8_linear import Fp8Linear
 from eagle3_quant.runtime.mla import MlaAttention
 from eagle3_quant.runtime.mx_linear import MxLinear
+from eagle3_quant.runtime.rope import RopeTable
 from eagle3_quant.runtime.spec import RuntimeSpec, resolve_spec
 
 
@@ -103,6 +104,7 @@ class Eagle3Draft(nn.Module):
         super().__init__()
         c = spec.config
         self.spec, self.dtype = spec, dtype
+        self.rope = RopeTable(spec.rope)
         ht = c.target_hidden_size
         if spec.norm_before_fc:
             self.input_norm = RMSNorm(spec.num_aux * ht, c.rms_norm_eps, dtype, device)
@@ -220,7 +222,7 @@ class Eagle3Draft(nn.Module):
         if position_ids is None:
             start = context.cache.length if getattr(context, "cache", None) is not None else 0
             position_ids = (start + torch.arange(t, device=input_ids.device)).expand(b, t)
-        cos, sin = self.spec.rope.cos_sin(position_ids, self.dtype)
+        cos, sin = self.rope.cos_sin(position_ids, self.dtype)
         out, residual = self.layer(self.embed(input_ids), hidden.to(self.dtype), cos, sin, context)
         normed, h = self.norm(out, residual)
         return self.lm_head(normed), normed if self.spec.norm_output else h

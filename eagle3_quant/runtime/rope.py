@@ -39,7 +39,7 @@ class RopeSpec:
                 raise DraftFormatError(f"{rope_type} rope scaling needs {key!r}", field="rope_scaling")
         return cls(head_dim, theta, rope_type, params, max_position_embeddings)
 
-    def inv_freq(self) -> tuple[torch.Tensor, float]:
+    def frequencies(self) -> tuple[torch.Tensor, float]:
         """fp32 inverse frequencies [head_dim / 2] and the factor applied to cos/sin."""
         dim = self.head_dim
         base = 1.0 / (self.theta ** (torch.arange(0, dim, 2, dtype=torch.int64).to(torch.float32) / dim))
@@ -51,12 +51,29 @@ class RopeSpec:
             return _yarn(dim, self.theta, self.params, self.max_position_embeddings)
         return base, 1.0
 
-    def cos_sin(self, position_ids: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    def cos_sin(self, position_ids: torch.Tensor, dtype: torch.dtype,
+                frequencies: tuple[torch.Tensor, float] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """cos, sin [B, T, head_dim] for integer positions [B, T]; computed in fp32, returned in `dtype`."""
-        inv_freq, scale = self.inv_freq()
+        inv_freq, scale = frequencies or self.frequencies()
         freqs = position_ids.to(torch.float32).unsqueeze(-1) * inv_freq.to(position_ids.device)
         emb = torch.cat([freqs, freqs], dim=-1)
         return (emb.cos() * scale).to(dtype), (emb.sin() * scale).to(dtype)
+
+
+class RopeTable:
+    """A rope's inverse frequencies, computed once on the CPU (the same bits wherever the step runs) and kept on each
+    device a step runs on: a step then makes and copies no CPU tensor, so it can be captured as a CUDA graph."""
+
+    def __init__(self, rope) -> None:
+        self.rope = rope                  # RopeSpec or runtime.mla.DeepseekRope
+        self._on_device: dict[torch.device, tuple[torch.Tensor, float]] = {}
+
+    def cos_sin(self, position_ids: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        device = position_ids.device
+        if device not in self._on_device:
+            inv_freq, scale = self.rope.frequencies()
+            self._on_device[device] = (inv_freq.to(device), scale)
+        return self.rope.cos_sin(position_ids, dtype, self._on_device[device])
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
