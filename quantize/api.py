@@ -248,6 +248,10 @@ def _quantize(src: str | Path, out: str | Path, opts: QuantizeOptions, command: 
                 from eagle3_quant.quantize.quark_file import run_file_to_file
 
                 run_file_to_file(draft, plan, staging, device, opts.verbose)
+                if device != "cpu" and not plan.scheme.mx:
+                    from eagle3_quant.quantize.cpu_bits import match_cpu_bits
+
+                    match_cpu_bits(draft, staging, plan)     # the bytes a CPU run writes
         with timer.stage("config + side files"):
             for written in staging.glob("*.safetensors"):
                 os.chmod(written, 0o644)
