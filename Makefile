@@ -11,7 +11,7 @@ VLLM_STAMP := $(VENV)/.eagle3-quant-vllm-installed
 DEMO_DIR ?= demo-out
 
 .PHONY: setup setup-vllm setup-sglang setup-engine real-pair test test-fast lint demo bench bench-vllm bench-engine \
-	bench-real bench-targets clean
+	bench-real bench-targets gpu-check test-oldest clean
 
 setup: $(STAMP)
 
@@ -91,6 +91,26 @@ test: setup setup-vllm setup-sglang setup-engine real-pair
 
 test-fast: setup
 	$(BIN)/python -m pytest -q -m "not slow"
+
+# The GPU paths on this machine's GPU in one run (benchmarks/gpu_check.py, <= 5 min): torch, the project and amd-quark
+# only. Uses .venv when there is one, else the python on PATH (your own GPU torch, the project installed in it).
+GPU_PYTHON ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,python3)
+
+gpu-check:
+	$(GPU_PYTHON) -m benchmarks.gpu_check --json gpu-check.json
+
+# The fast suite on the oldest torch and transformers pyproject.toml allows, in its own venv
+OLDEST_VENV ?= .venv-oldest
+OLDEST_SPECS = $(shell $(PYTHON) -c "import re, tomllib; deps = tomllib.load(open('pyproject.toml', 'rb'))['project']\
+	['dependencies']; print(' '.join(re.sub(r'>=([^,]+).*', r'==\1', d) for d in deps if d.split('>')[0] in \
+	('torch', 'transformers')))")
+
+test-oldest:
+	test -x $(OLDEST_VENV)/bin/python || $(PYTHON) -m venv $(OLDEST_VENV)
+	$(OLDEST_VENV)/bin/pip install -q $(OLDEST_SPECS)
+	$(OLDEST_VENV)/bin/pip install -q -e ".[dev]"
+	$(OLDEST_VENV)/bin/python -c "import torch, transformers; print('oldest:', torch.__version__, transformers.__version__)"
+	$(OLDEST_VENV)/bin/python -m pytest -q -m "not slow and not gpu"
 
 lint: setup
 	$(BIN)/ruff check .

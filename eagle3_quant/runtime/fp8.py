@@ -7,7 +7,7 @@
   ``scale_a`` [M, 1] and ``scale_b`` [1, N] (rowwise) or two scalars (tensorwise), bf16 output. The CPU build
   accepts layouts that CUDA/ROCm reject; :func:`check_scaled_mm_inputs` enforces the GPU rules everywhere.
 - A CPU torch without rowwise ``_scaled_mm`` (2.11 and older accept only two scalar scales there) gets the exact
-  product it would compute instead: an fp32 GEMM of the FP8 values, then both scales (said once, as a warning).
+  exact dequantized product instead, as :func:`dequantized_matmul` computes it (said once, as a warning).
 - :func:`dequantized_matmul`: the reference, dequantize both operands to fp32 then matmul.
 - :func:`e4m3fn_to_e4m3fnuz`: what vLLM does on gfx942 (MI300X) before running e4m3fn checkpoints.
 """
@@ -108,8 +108,8 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
     check_scaled_mm_inputs(a, b, scale_a, scale_b)
     if a.device.type == "cpu" and scale_a.numel() * scale_b.numel() > 1 and not cpu_rowwise_scaled_mm():
         _say_cpu_fallback_once()
-        out = a.to(torch.float32) @ b.to(torch.float32)
-        return (out * scale_a.reshape(-1, 1) * scale_b.reshape(1, -1)).to(out_dtype)
+        return ((a.to(torch.float32) * scale_a.reshape(-1, 1)) @ (b.to(torch.float32) * scale_b.reshape(1, -1))
+                ).to(out_dtype)
     return torch._scaled_mm(a, b, scale_a=scale_a, scale_b=scale_b, out_dtype=out_dtype)
 
 
@@ -127,8 +127,8 @@ def cpu_rowwise_scaled_mm() -> bool:
 @functools.cache
 def _say_cpu_fallback_once() -> None:
     warnings.warn(f"torch {torch.__version__}'s CPU _scaled_mm takes only per-tensor scales: rowwise FP8 "
-                  "products on the CPU run as an fp32 GEMM of the FP8 values times both scales (the same "
-                  "result)", RuntimeWarning, stacklevel=3)
+                  "products on the CPU run as the exact dequantized product (both operands scaled to fp32, "
+                  "then an fp32 matmul)", RuntimeWarning, stacklevel=3)
 
 
 def expand_scales(scale_a: torch.Tensor, scale_w: torch.Tensor, m: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
