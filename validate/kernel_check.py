@@ -254,8 +254,9 @@ def main(argv: list[str] | None = None) -> int:
         print("kernels: " + ", ".join(kernel["kernels"]))
     timing = kernel.get("timing")
     if timing:
-        ratios = ", ".join(f"{b}:{r:.2f}" for b, r in zip(timing["batch_sizes"], timing["fp8_over_bf16"], strict=True))
-        print(f"FP8/BF16 time by batch size: {ratios}")
+        from eagle3_quant.validate.linear_timing import timing_lines
+
+        print("\n".join(timing_lines(timing)))
     return 1 if kernel.get("status") == "failed" else 0
 
 

@@ -3,8 +3,9 @@
 - :func:`numerics`: every quantized linear, activations quantized per token, bf16 out, against the dequantized
   reference on the same device (and, on gfx942, after vLLM's e4m3fn -> e4m3fnuz conversion).
 - :func:`profile_kernels`: the GPU kernels the FP8 GEMMs launched, from ``torch.profiler``.
-- :func:`time_linears`: FP8 (per-token quantization + scaled_mm) against BF16 ``F.linear`` for vLLM's runtime
-  layers (q/k/v and gate/up fused) at decode batch sizes.
+- :func:`time_linears`: vLLM's runtime layers (q/k/v and gate/up fused) at decode batch sizes, timed as an engine
+  runs them (CUDA-graph replays, per-token quantization fused) against BF16 ``F.linear`` and the cost model's floor
+  (``validate/linear_timing.py``).
 """
 
 from __future__ import annotations
@@ -124,47 +125,28 @@ def profile_kernels(weights: list[Fp8Weight], platform: Platform) -> dict:
 
 
 def runtime_layers(weights: list[Fp8Weight]) -> list[Fp8Weight]:
-    """vLLM's fused runtime layers: q/k/v -> qkv_proj and gate/up -> gate_up_proj (weights concatenated)."""
+    """vLLM's fused runtime layers: q/k/v -> qkv_proj and gate/up -> gate_up_proj (weights concatenated). Shards
+    with one weight scale each keep one, the largest, as vLLM's requantization to the max scale does (for timing:
+    the weights are not requantized)."""
     by_role = {w.role: w for w in weights}
     fused, used = [], set()
     for name, roles in {**FUSED_GROUPS, **MLA_FUSED_GROUPS}.items():
         if all(r in by_role for r in roles):
             parts = [by_role[r] for r in roles]
-            scales = [p.scale.expand(p.weight.shape[0]) for p in parts]
+            if all(p.scale.numel() == 1 for p in parts):
+                scale = torch.stack([p.scale.reshape(()) for p in parts]).amax().reshape(1)
+            else:
+                scale = torch.cat([p.scale.expand(p.weight.shape[0]) for p in parts])
             static = [p.input_scale for p in parts if p.input_scale is not None]
             shared = torch.stack(static).amax().reshape(1) if len(static) == len(parts) else None
-            fused.append(Fp8Weight(name, name, torch.cat([p.weight for p in parts]), torch.cat(scales), shared))
+            fused.append(Fp8Weight(name, name, torch.cat([p.weight for p in parts]), scale, shared))
             used.update(roles)
     return fused + [w for w in weights if w.role not in used]
 
 
-def _median_ms(fn, iters: int = 50, warmup: int = 10) -> float:
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return sorted(times)[len(times) // 2]
-
-
 def time_linears(weights: list[Fp8Weight], platform: Platform, batches=TIMING_BATCHES) -> dict:
-    layers = []
-    for w in runtime_layers(weights):
-        bf16 = fp8.dequantize(w.weight, w.scale, torch.bfloat16)
-        entry = {"layer": w.module, "shape": list(w.weight.shape), "bf16_ms": [], "fp8_ms": []}
-        for m in batches:
-            x = _activations(m, w.weight.shape[1], platform.device, seed=m)
-            entry["bf16_ms"].append(_median_ms(lambda x=x, bf16=bf16: torch.nn.functional.linear(x, bf16)))
-            entry["fp8_ms"].append(_median_ms(lambda x=x, w=w: _run_fp8(w, x, platform.needs_fnuz)))
-        layers.append(entry)
-    totals_bf16 = [sum(e["bf16_ms"][i] for e in layers) for i in range(len(batches))]
-    totals_fp8 = [sum(e["fp8_ms"][i] for e in layers) for i in range(len(batches))]
-    return {"batch_sizes": list(batches), "layers": layers, "total_bf16_ms": totals_bf16, "total_fp8_ms": totals_fp8,
-            "fp8_over_bf16": [f / b if b else None for f, b in zip(totals_fp8, totals_bf16, strict=True)],
-            "includes": "per-token activation quantization + torch._scaled_mm vs F.linear, median of 50 runs"}
+    """The ``timing`` object: each runtime layer as CUDA-graph replays of BF16, FP8 (quantization + GEMM), the GEMM
+    alone rowwise and tensorwise (and vLLM's own FP8 linear where vLLM imports), totals, ratios, floors."""
+    from eagle3_quant.validate.linear_timing import time_runtime_layers
+
+    return time_runtime_layers(runtime_layers(weights), platform, batches)

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from eagle3_quant.errors import Fp8LayoutError
-from eagle3_quant.runtime import fp8
+from eagle3_quant.runtime import fp8, fp8_fused
 
 FP8_MODES = ("scaled_mm", "dequant")
 
@@ -16,7 +16,8 @@ FP8_MODES = ("scaled_mm", "dequant")
 class Fp8Linear(nn.Module):
     """FP8 E4M3 weight [N, K] with a per-channel [N] or per-tensor [1] fp32 scale.
 
-    Inputs are quantized per token (dynamic) or with the static per-tensor `input_scale`. ``mode``:
+    Inputs are quantized per token (dynamic) or with the static per-tensor `input_scale`; per-token quantization
+    runs as one fused kernel on a GPU (``runtime/fp8_fused.py``: the same bits as the eager ops). ``mode``:
     ``"scaled_mm"`` runs ``torch._scaled_mm`` with the GPU layout rules; ``"dequant"`` dequantizes both
     operands and multiplies in fp32 (the reference). Both return the input's dtype when it is bf16 or fp16 (as
     vLLM does: fp16 for original-EAGLE drafts), else bf16 cast to the input dtype.
@@ -70,7 +71,7 @@ class Fp8Linear(nn.Module):
         out_dtype = x.dtype
         x2 = x.reshape(-1, x.shape[-1]).contiguous()
         if self.input_scale is None:
-            a, scale_a = fp8.quantize_per_token(x2, self.weight.dtype)
+            a, scale_a = fp8_fused.quantize_per_token(x2, self.weight.dtype)
         else:
             a, scale_a = fp8.quantize_static(x2, self.input_scale, self.weight.dtype)
         matmul = fp8.fp8_linear if self.mode == "scaled_mm" else fp8.dequantized_matmul
