@@ -11,7 +11,7 @@ from eagle3_quant.runtime import fp8
 from eagle3_quant.speedup import _batch1_timing
 from eagle3_quant.validate import gpu_timing, linear_timing
 from eagle3_quant.validate.kernel_probe import Fp8Weight, runtime_layers
-from eagle3_quant.validate.linear_timing import layer_floors, timing_lines, timing_report
+from eagle3_quant.validate.linear_timing import fastest_fp8, layer_floors, timing_lines, timing_report
 from eagle3_quant.validate.platform import detect_platform
 
 BATCHES = [1, 4, 16, 64]
@@ -90,6 +90,17 @@ def test_what_the_check_prints_names_each_ratio_and_how_it_was_timed():
     old = {"batch_sizes": [1, 2], "total_bf16_ms": [0.4, 0.4], "total_fp8_ms": [1.2, 1.0],
            "fp8_over_bf16": [3.0, 2.5], "includes": "per-token activation quantization + torch._scaled_mm"}
     assert timing_lines(old) == ["FP8/BF16 time by batch size: 1:3.00, 2:2.50"]    # a report of an older run
+
+
+def test_the_check_names_the_fastest_fp8_way_from_what_it_timed():
+    # the H200's medians: torch's rowwise GEMM is about BF16's time, the tensorwise GEMM well under it
+    assert fastest_fp8(_report()) == ("static per-tensor FP8 (tensorwise GEMM)", pytest.approx(max(
+        (0.115 + 0.041) / 0.241, (0.108 + 0.041) / 0.246, (0.115 + 0.042) / 0.258, (0.109 + 0.041) / 0.272)))
+    assert "fastest FP8 way on this GPU: static per-tensor FP8" in "\n".join(timing_lines(_report()))
+    layers = [dict(entry, vllm_ms=[t * 0.5 for t in entry["tensorwise_ms"]]) for entry in LAYERS]
+    with_vllm = timing_report(BATCHES, layers, profile=None, quant_method="triton", scheme="dynamic per-token",
+                              vllm="vLLM's FP8 linear")
+    assert fastest_fp8(with_vllm)[0] == "vLLM's own PTPC linear"
 
 
 def test_device_names_find_their_cost_profile():

@@ -178,6 +178,20 @@ def _ratio(top: list[float] | None, bottom: list[float] | None) -> list[float | 
     return [t / b if b else None for t, b in zip(top, bottom, strict=True)]
 
 
+def fastest_fp8(timing: dict) -> tuple[str, float] | None:
+    """Which FP8 way is fastest against BF16 on this GPU at its worst batch size: (label, worst ratio); None
+    unless two ways were timed."""
+    ways = {"PTPC (per-token quantization + rowwise GEMM)": timing.get("fp8_over_bf16"),
+            "static per-tensor FP8 (tensorwise GEMM)": timing.get("tensorwise_over_bf16"),
+            "vLLM's own PTPC linear": (timing.get("vllm") or {}).get("over_bf16")}
+    worst = {label: max(r for r in ratios if r is not None) for label, ratios in ways.items()
+             if ratios and any(r is not None for r in ratios)}
+    if len(worst) < 2:
+        return None
+    label = min(worst, key=worst.get)
+    return label, worst[label]
+
+
 def timing_lines(timing: dict) -> list[str]:
     """What the kernel check prints of its ``timing`` object: the ratios by batch size, then how it was timed."""
     batches = timing["batch_sizes"]
@@ -197,6 +211,9 @@ def timing_lines(timing: dict) -> list[str]:
              row(f"  BF16/bandwidth floor ({floor.get('device_profile')})", timing.get("bf16_over_floor")),
              row("  vLLM's FP8 linear/BF16", vllm.get("over_bf16")),
              row("  eager quantization + GEMM/BF16 (diagnostic: plain launches)", timing.get("eager_fp8_over_bf16"))]
+    fastest = fastest_fp8(timing)
+    if fastest:
+        lines.append(f"  fastest FP8 way on this GPU: {fastest[0]}, at most {fastest[1]:.2f}x BF16's time")
     if timing.get("method"):
         lines.append(f"  ({timing['scheme']} quantization: {timing['quant_method']}; CUDA-graph replays, median "
                      f"of {timing['iters']}; vLLM: {vllm.get('label') or vllm.get('skipped')})")
