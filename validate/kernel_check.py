@@ -17,7 +17,8 @@ The ``kernel`` object of the report::
 
     {"status": "passed" | "failed" | "skipped", "reason": str, "device": str, "platform": {...},
      "backend": str | null, "preferred_blas_library": str | null, "kernels": [names], "kernel_counts": {...},
-     "log_evidence": {"hipblaslt_matmul_lines", "rocblas_gemm_lines", "cublaslt_matmul_lines", "sample"},
+     "log_evidence": {"hipblaslt_matmul_lines", "rocblas_gemm_lines", "cublaslt_matmul_lines", "fp8_matmul_calls",
+                      "matmul_forms", "gemm_families", "other_kernels", "sample"},   # validate/kernel_evidence.py
      "numerics": [{"module", "rows", "format", "max_rel_error", "bit_exact", "tolerance", "ok"}],
      "timing": {"batch_sizes", "layers", "total_bf16_ms", "total_fp8_ms", "fp8_over_bf16", ...} | null,
      "timing_skipped": str}
@@ -28,19 +29,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from eagle3_quant.validate.kernel_evidence import KernelEvidence
 from eagle3_quant.validate.report import Check, failed, passed, skipped
 
 PROBE_TIMEOUT_S = 900
-HIPBLASLT_LINE = re.compile(r"hipblasLtMatmul|rocblaslt_matmul|hipblaslt", re.IGNORECASE)
-ROCBLAS_GEMM_LINE = re.compile(r"rocblas_\w*gemm", re.IGNORECASE)
-CUBLASLT_LINE = re.compile(r"cublasLtMatmul", re.IGNORECASE)
-FP8_GEMM_KERNEL = re.compile(r"Cijk_|gemm|cutlass|xmma|f8f8|scaled_mm|hipblaslt", re.IGNORECASE)
 
 
 def probe(out: Path, device: str, phase: str) -> dict:
@@ -61,6 +58,8 @@ def probe(out: Path, device: str, phase: str) -> dict:
         return {"platform": platform.to_dict(), "numerics": native_mxfp4_numerics(out, platform.device)}
     if phase == "evidence" and platform.kind != "cpu":
         result.update(profile_kernels(weights, platform))
+        tensorwise = all(w.scale.numel() == 1 and w.input_scale is not None for w in weights)
+        result["scale_mode"] = "tensorwise" if tensorwise else "rowwise"
         result["preferred_blas_library"] = str(torch.backends.cuda.preferred_blas_library())
     if phase == "timing" and platform.kind != "cpu":
         result["timing"] = time_linears(weights, platform)
@@ -88,32 +87,48 @@ def _log_env(kind: str, workdir: Path) -> dict[str, str]:
     return {"CUBLASLT_LOG_LEVEL": "2", "CUBLASLT_LOG_FILE": str(workdir / "cublaslt_%i.log")}
 
 
-def log_evidence(lines: list[str]) -> dict:
-    """Count the library calls in the BLAS logs of the evidence phase."""
-    hip = [ln for ln in lines if HIPBLASLT_LINE.search(ln)]
-    rocblas = [ln for ln in lines if ROCBLAS_GEMM_LINE.search(ln)]
-    cublaslt = [ln for ln in lines if CUBLASLT_LINE.search(ln)]
-    return {"hipblaslt_matmul_lines": len(hip), "rocblas_gemm_lines": len(rocblas),
-            "cublaslt_matmul_lines": len(cublaslt), "sample": (hip or cublaslt or rocblas)[:3]}
-
-
-def judge(kind: str, evidence: dict, kernel_counts: dict[str, int], numerics_ok: bool) -> tuple[str, str, str | None]:
-    """(status, reason, backend) of the GPU kernel path from the collected evidence."""
-    gemms = [k for k in kernel_counts if FP8_GEMM_KERNEL.search(k)]
+def judge(kind: str, evidence: KernelEvidence, numerics_ok: bool, scale_mode: str = "rowwise",
+          ) -> tuple[str, str, str | None]:
+    """(status, reason, backend) of the GPU kernel path: the BLAS library's log first, the kernel names second.
+    `scale_mode` is what this artifact's linears pass to ``_scaled_mm`` (rowwise, or tensorwise for per-tensor
+    weights with static inputs)."""
     if not numerics_ok:
         return "failed", "scaled_mm results differ from the dequantized reference", None
-    if not gemms:
-        return "failed", "the profiler saw no GEMM kernel during the FP8 linears", None
+    kernels = evidence.describe_kernels()
     if kind == "rocm":
-        if not evidence["hipblaslt_matmul_lines"]:
-            return "failed", "no hipBLASLt matmul log line (HIPBLASLT_LOG_LEVEL=2): hipBLASLt did not run", None
-        if evidence["rocblas_gemm_lines"]:
-            return "failed", f"rocBLAS traced {evidence['rocblas_gemm_lines']} GEMM call(s): a fallback ran", None
-        return "passed", f"hipBLASLt ran the FP8 GEMMs ({evidence['hipblaslt_matmul_lines']} log lines, no rocBLAS " \
-                         "GEMM)", "hipBLASLt"
-    backend = "CUTLASS (ATen rowwise)" if any("cutlass" in k.lower() or "f8f8bf16" in k.lower() for k in gemms) \
-        else ("cuBLASLt" if evidence["cublaslt_matmul_lines"] else "unknown")
-    return "passed", f"FP8 GEMM kernels ran ({len(gemms)} distinct), backend {backend}", backend
+        return _judge_rocm(evidence, kernels)
+    fp8 = evidence.fp8_calls()
+    if fp8:
+        modes = {call.scale_mode for call in fp8}
+        if modes != {scale_mode}:
+            return "failed", f"cuBLASLt ran {len(fp8)} FP8 matmuls with {', '.join(sorted(map(str, modes)))} " \
+                             f"scales; this artifact's linears pass {scale_mode} scales", "cuBLASLt"
+        return "passed", f"cuBLASLt ran {len(fp8)} FP8 matmuls ({evidence.describe_calls(fp8)}); {kernels}", \
+            "cuBLASLt"
+    families = evidence.gemm_families
+    if "CUTLASS" in families:
+        return "passed", f"ATen's CUTLASS FP8 GEMM ran (no cuBLASLt call); {kernels}", "CUTLASS (ATen rowwise)"
+    if evidence.cublaslt:
+        return "failed", f"cuBLASLt ran {len(evidence.cublaslt)} matmuls, none with FP8 operands " \
+                         f"({evidence.describe_calls(evidence.cublaslt)}); {kernels}", None
+    if not families:
+        return "failed", f"no FP8 matmul in cuBLASLt's log and no GEMM among the profiler's kernels; {kernels}", None
+    backend = "cuBLASLt" if any(f.startswith("nvjet") for f in families) else "unknown"
+    return "passed", f"no cuBLASLt log line was written (CUBLASLT_LOG_LEVEL=2); the profiler saw FP8 GEMM " \
+                     f"kernels; {kernels}", backend
+
+
+def _judge_rocm(evidence: KernelEvidence, kernels: str) -> tuple[str, str, str | None]:
+    if not evidence.gemm_families:
+        return "failed", f"the profiler saw no GEMM kernel during the FP8 linears; {kernels}", None
+    if not evidence.hipblaslt_lines:
+        return "failed", "no hipBLASLt matmul log line (HIPBLASLT_LOG_LEVEL=2): hipBLASLt did not run", None
+    if evidence.rocblas_gemm_lines:
+        return "failed", f"rocBLAS traced {evidence.rocblas_gemm_lines} GEMM call(s): a fallback ran", None
+    calls = evidence.hipblaslt
+    operands = f", {evidence.describe_calls(calls)}" if calls else ""
+    return "passed", f"hipBLASLt ran the FP8 GEMMs ({evidence.hipblaslt_lines} log lines{operands}, no rocBLAS " \
+                     f"GEMM); {kernels}", "hipBLASLt"
 
 
 def _mx_config(out: Path) -> dict | None:
@@ -173,13 +188,14 @@ def run_kernel_check(out: str | Path, device: str | None = None) -> dict:
         timing_run = _child(out, platform.device, "timing", {}, workdir)
     if "error" in evidence_run:
         return {**base, "status": "failed", "reason": evidence_run["error"], "kernels": [], "timing": None}
-    evidence = log_evidence(lines)
     counts = evidence_run.get("kernels", {})
+    evidence = KernelEvidence.read(lines, counts)
     numerics_rows = evidence_run["numerics"]
-    status, reason, backend = judge(platform.kind, evidence, counts, all(r["ok"] for r in numerics_rows))
+    status, reason, backend = judge(platform.kind, evidence, all(r["ok"] for r in numerics_rows),
+                                    evidence_run.get("scale_mode", "rowwise"))
     return {**base, "status": status, "reason": reason, "backend": backend,
             "preferred_blas_library": evidence_run.get("preferred_blas_library"), "kernels": sorted(counts),
-            "kernel_counts": counts, "ops": evidence_run.get("ops", {}), "log_evidence": evidence,
+            "kernel_counts": counts, "ops": evidence_run.get("ops", {}), "log_evidence": evidence.to_dict(),
             "numerics": numerics_rows, "timing": timing_run.get("timing"),
             "timing_skipped": timing_run.get("error")}
 
@@ -250,8 +266,8 @@ def main(argv: list[str] | None = None) -> int:
         args.json.write_text(json.dumps(kernel, indent=2, allow_nan=False) + "\n")
     for check in kernel_checks(kernel):
         print(f"{check.status:8} {check.name:18} {check.detail}")
-    if kernel.get("kernels"):
-        print("kernels: " + ", ".join(kernel["kernels"]))
+    if kernel.get("kernel_counts"):
+        print(KernelEvidence.read([], kernel["kernel_counts"]).describe_kernels())
     timing = kernel.get("timing")
     if timing:
         from eagle3_quant.validate.linear_timing import timing_lines

@@ -6,6 +6,7 @@ from rich.table import Table
 
 from eagle3_quant.cli.render import console
 from eagle3_quant.records.validation_report import TapsMetrics
+from eagle3_quant.validate.kernel_evidence import KernelEvidence
 
 STATUS_STYLE = {"passed": "[green]passed[/]", "failed": "[red]FAILED[/]", "skipped": "[yellow]skipped[/]"}
 
@@ -64,13 +65,14 @@ def print_validation(report) -> None:
             layers.add_row(layer["module"], "x".join(map(str, layer["shape"])), _fmt(layer["sqnr_db"], 2))
         console.print(layers)
     kernel = report.kernel
-    if kernel.get("kernels"):
-        console.print("kernels: " + ", ".join(kernel["kernels"]))
+    if kernel.get("kernel_counts"):       # by family: the full names stay in validation.json
+        console.print(KernelEvidence.read([], kernel["kernel_counts"]).describe_kernels(), markup=False)
     timing = kernel.get("timing")
     if timing:
-        pairs = zip(timing["batch_sizes"], timing["fp8_over_bf16"], strict=True)
-        console.print("FP8 / BF16 time of the draft's linears by batch size: "
-                      + ", ".join(f"{b}: {_fmt(r, 2)}" for b, r in pairs))
+        from eagle3_quant.validate.linear_timing import timing_lines
+
+        for line in timing_lines(timing):
+            console.print(line, markup=False)
     from eagle3_quant.cli.render_taps import print_candidates
 
     taps = m.taps or TapsMetrics()
