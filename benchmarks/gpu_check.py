@@ -119,9 +119,24 @@ def gpu_tests(gpu: bool) -> Part:
 
 def kernel_part(shape: str, artifact: Path, device: str) -> Part:
     from eagle3_quant.validate.kernel_check import run_kernel_check
+    from eagle3_quant.validate.linear_timing import timing_lines
 
     kernel = run_kernel_check(artifact, device)
-    return Part(f"kernel:{shape}", kernel.get("status", "failed"), kernel.get("reason", ""), data=kernel)
+    timing = kernel.get("timing")
+    table = (timing_lines(timing) + layer_lines(timing)) if timing else [f"timing: {kernel.get('timing_skipped')}"]
+    return Part(f"kernel:{shape}", kernel.get("status", "failed"), kernel.get("reason", ""),
+                data={**kernel, "table": table})
+
+
+def layer_lines(timing: dict) -> list[str]:
+    """Per linear, ms by batch size: BF16, quantization + GEMM, the GEMM alone, the tensorwise GEMM."""
+    columns = (("bf16_ms", "BF16"), ("fp8_ms", "quant+GEMM"), ("gemm_only_ms", "GEMM"),
+               ("tensorwise_ms", "tensorwise"))
+    lines = [f"per linear, ms at {'/'.join(map(str, timing['batch_sizes']))} rows:"]
+    for layer in timing.get("layers", []):
+        cells = [f"{label} " + "/".join(f"{t:.3f}" for t in layer[key]) for key, label in columns if layer.get(key)]
+        lines.append(f"  {layer['layer']} {'x'.join(map(str, layer['shape']))}: " + "; ".join(cells))
+    return lines
 
 
 def output_digests(folder: Path) -> dict[str, str]:
@@ -165,7 +180,7 @@ def _timed(name: str, make: Callable[[], Part]) -> Part:
 def run_gpu_check(device: str | None = None, shapes: tuple[str, ...] = SHAPES, tests: bool = True) -> list[Part]:
     import torch
 
-    from fixtures.synthetic import write_synthetic_draft
+    from benchmarks.draft_step import write_step_source
 
     gpu = torch.cuda.is_available() and (device is None or device.startswith("cuda"))
     device = device or ("cuda" if gpu else "cpu")
@@ -182,7 +197,7 @@ def run_gpu_check(device: str | None = None, shapes: tuple[str, ...] = SHAPES, t
                 continue
             from eagle3_quant.quantize.api import quantize_draft
 
-            source = write_synthetic_draft(work / f"{shape}-bf16", shape)
+            source = write_step_source(shape, work / f"{shape}-bf16")
             artifact = quantize_draft(source, work / f"{shape}-ptpc", device=device).output
             parts.append(_timed(f"kernel:{shape}", lambda s=shape, a=artifact: kernel_part(s, a, device)))
             parts.append(_timed(f"step:{shape}", lambda s=shape, src=source, a=artifact: step_part(s, src, a, device)))

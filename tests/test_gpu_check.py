@@ -33,6 +33,14 @@ def test_the_table_names_every_part_with_its_status():
     assert text[-1] == "  kernel:llama3-8b: qkv_proj 1.00x"
 
 
+def test_the_per_linear_lines_show_each_timed_column():
+    timing = {"batch_sizes": [1, 64], "layers": [{"layer": "qkv_proj", "shape": [24576, 14336],
+                                                  "bf16_ms": [0.183, 0.191], "fp8_ms": [0.177, 0.145],
+                                                  "gemm_only_ms": [0.170, 0.140]}]}
+    assert gpu_check.layer_lines(timing) == ["per linear, ms at 1/64 rows:", "  qkv_proj 24576x14336: BF16 "
+                                             "0.183/0.191; quant+GEMM 0.177/0.145; GEMM 0.170/0.140"]
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU run; on a GPU `make gpu-check` is the run")
 def test_on_a_cpu_every_gpu_part_is_skipped_with_its_reason(tmp_path):
