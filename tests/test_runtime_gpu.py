@@ -42,3 +42,22 @@ def test_fp8_draft_on_gpu_agrees_with_cpu(tmp_path, make_draft):
         gpu = load_draft(out, device="cuda", embedding=emb)(ids.cuda(), aux.cuda())[0].cpu()
     assert (cpu.argmax(-1) == gpu.argmax(-1)).float().mean() >= 0.95
     torch.testing.assert_close(gpu.float(), cpu.float(), rtol=0.05, atol=0.05)
+
+
+@pytest.mark.parametrize("fp8_draft", [False, True], ids=["bf16", "ptpc"])
+def test_a_draft_step_replays_as_a_cuda_graph_with_the_eager_result(tmp_path, make_draft, fp8_draft):
+    src = make_draft()
+    folder = write_fp8_checkpoint(src, tmp_path / "fp8", static=False, per_tensor=False) if fp8_draft else src
+    gen = torch.Generator().manual_seed(1)
+    draft = load_draft(folder, device="cuda", embedding=torch.randn(512, 64, generator=gen))
+    ids = torch.randint(0, 512, (4, 1), generator=gen).cuda()
+    aux = torch.randn(4, 1, 192, generator=gen).cuda()
+    positions = torch.full((4, 1), 7, dtype=torch.long, device="cuda")
+    with torch.no_grad():
+        eager = draft(ids, aux, positions)[0].clone()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            captured = draft(ids, aux, positions)[0]
+        graph.replay()
+        torch.cuda.synchronize()
+    torch.testing.assert_close(captured, eager, rtol=0, atol=0)
