@@ -17,8 +17,10 @@ The ``kernel`` object of the report::
 
     {"status": "passed" | "failed" | "skipped", "reason": str, "device": str, "platform": {...},
      "backend": str | null, "preferred_blas_library": str | null, "kernels": [names], "kernel_counts": {...},
-     "log_evidence": {"hipblaslt_matmul_lines", "rocblas_gemm_lines", "cublaslt_matmul_lines", "fp8_matmul_calls",
-                      "matmul_forms", "gemm_families", "other_kernels", "sample"},   # validate/kernel_evidence.py
+     "log_evidence": {"library", "hipblaslt_matmul_lines", "rocblas_gemm_lines", "cublaslt_matmul_lines",
+                      "matmul_calls", "fp8_matmul_calls", "operand_types", "output_type", "scale_mode",
+                      "matmul_forms", "gemm_families", "fp8_gemm_families", "other_kernels", "sample"},
+                     # validate/kernel_evidence.py
      "numerics": [{"module", "rows", "format", "max_rel_error", "bit_exact", "tolerance", "ok"}],
      "timing": {"batch_sizes", "layers", "total_bf16_ms", "total_fp8_ms", "fp8_over_bf16", ...} | null,
      "timing_skipped": str}
@@ -34,7 +36,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from eagle3_quant.validate.kernel_evidence import KernelEvidence
+from eagle3_quant.validate.kernel_evidence import KernelEvidence, scale_words
 from eagle3_quant.validate.report import Check, failed, passed, skipped
 
 PROBE_TIMEOUT_S = 900
@@ -97,23 +99,33 @@ def judge(kind: str, evidence: KernelEvidence, numerics_ok: bool, scale_mode: st
     kernels = evidence.describe_kernels()
     if kind == "rocm":
         return _judge_rocm(evidence, kernels)
+    return _judge_cuda(evidence, scale_mode, kernels)
+
+
+def _judge_cuda(evidence: KernelEvidence, scale_mode: str, kernels: str) -> tuple[str, str, str | None]:
     fp8 = evidence.fp8_calls()
     if fp8:
-        modes = {call.scale_mode for call in fp8}
-        if modes != {scale_mode}:
-            return "failed", f"cuBLASLt ran {len(fp8)} FP8 matmuls with {', '.join(sorted(map(str, modes)))} " \
-                             f"scales; this artifact's linears pass {scale_mode} scales", "cuBLASLt"
-        return "passed", f"cuBLASLt ran {len(fp8)} FP8 matmuls ({evidence.describe_calls(fp8)}); {kernels}", \
-            "cuBLASLt"
-    families = evidence.gemm_families
-    if "CUTLASS" in families:
+        ran = f"cuBLASLt ran {len(fp8)} FP8 matmuls"
+        odd = [c for c in fp8 if (c.a_type, c.b_type) != ("E4M3", "E4M3")]
+        if odd:
+            return "failed", f"{ran}, {len(odd)} with {odd[0].operands} operands; this artifact's FP8 weights and " \
+                             f"activations are E4M3; {kernels}", "cuBLASLt"
+        modes = sorted({scale_words(c.scale_mode) for c in fp8})
+        if modes != [scale_words(scale_mode)]:
+            return "failed", f"{ran} with {' and '.join(modes)}; this artifact's linears pass " \
+                             f"{scale_words(scale_mode)}; {kernels}", "cuBLASLt"
+        return "passed", f"{ran} ({evidence.form().describe()}); {kernels}", "cuBLASLt"
+    named = evidence.fp8_gemm_families
+    if "CUTLASS" in named:
         return "passed", f"ATen's CUTLASS FP8 GEMM ran (no cuBLASLt call); {kernels}", "CUTLASS (ATen rowwise)"
     if evidence.cublaslt:
         return "failed", f"cuBLASLt ran {len(evidence.cublaslt)} matmuls, none with FP8 operands " \
-                         f"({evidence.describe_calls(evidence.cublaslt)}); {kernels}", None
-    if not families:
-        return "failed", f"no FP8 matmul in cuBLASLt's log and no GEMM among the profiler's kernels; {kernels}", None
-    backend = "cuBLASLt" if any(f.startswith("nvjet") for f in families) else "unknown"
+                         f"({evidence.form().describe()}); {kernels}", None
+    if not named:
+        return "failed", f"no FP8 GEMM in cuBLASLt's log (CUBLASLT_LOG_LEVEL=2) nor among the profiler's kernels; " \
+                         f"{kernels}", None
+    backend = "cuBLASLt" if any(f.startswith("nvjet") for f in named) else \
+        "cuBLAS" if "cuBLAS xmma" in named else "unknown"
     return "passed", f"no cuBLASLt log line was written (CUBLASLT_LOG_LEVEL=2); the profiler saw FP8 GEMM " \
                      f"kernels; {kernels}", backend
 
@@ -125,8 +137,8 @@ def _judge_rocm(evidence: KernelEvidence, kernels: str) -> tuple[str, str, str |
         return "failed", "no hipBLASLt matmul log line (HIPBLASLT_LOG_LEVEL=2): hipBLASLt did not run", None
     if evidence.rocblas_gemm_lines:
         return "failed", f"rocBLAS traced {evidence.rocblas_gemm_lines} GEMM call(s): a fallback ran", None
-    calls = evidence.hipblaslt
-    operands = f", {evidence.describe_calls(calls)}" if calls else ""
+    form = evidence.form()
+    operands = f", {form.describe()}" if form else ""
     return "passed", f"hipBLASLt ran the FP8 GEMMs ({evidence.hipblaslt_lines} log lines{operands}, no rocBLAS " \
                      f"GEMM); {kernels}", "hipBLASLt"
 
@@ -266,8 +278,9 @@ def main(argv: list[str] | None = None) -> int:
         args.json.write_text(json.dumps(kernel, indent=2, allow_nan=False) + "\n")
     for check in kernel_checks(kernel):
         print(f"{check.status:8} {check.name:18} {check.detail}")
-    if kernel.get("kernel_counts"):
-        print(KernelEvidence.read([], kernel["kernel_counts"]).describe_kernels())
+    if kernel.get("kernel_counts"):       # by family; the full names only in the JSON
+        where = f"full names in {args.json}" if args.json else "full names with --json FILE"
+        print(f"kernels by family ({where}): {KernelEvidence.read([], kernel['kernel_counts']).describe_kernels()}")
     timing = kernel.get("timing")
     if timing:
         from eagle3_quant.validate.linear_timing import timing_lines

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.table import Table
 
 from eagle3_quant.cli.render import console
-from eagle3_quant.records.validation_report import TapsMetrics
+from eagle3_quant.records.validation_report import REPORT_NAME, TapsMetrics
 from eagle3_quant.validate.kernel_evidence import KernelEvidence
 
 STATUS_STYLE = {"passed": "[green]passed[/]", "failed": "[red]FAILED[/]", "skipped": "[yellow]skipped[/]"}
@@ -24,6 +24,20 @@ def _fmt(value, digits: int = 4) -> str:
 def gates_line(gates: dict, source: dict) -> str:
     """"min_top1_agreement 0.9 (default for w_mxfp6_e2m3_a_mxfp6_e2m3), ..." - which gates applied and why."""
     return ", ".join(f"{name} {value} ({source.get(name, 'set')})" for name, value in gates.items())
+
+
+def kernel_lines(kernel: dict) -> list[str]:
+    """The kernel check's lines under the table: the profiler's kernels by family and count (the full names stay
+    in validation.json), then the timing."""
+    lines = []
+    if kernel.get("kernel_counts"):
+        families = KernelEvidence.read([], kernel["kernel_counts"]).describe_kernels()
+        lines.append(f"kernels by family (full names in {REPORT_NAME}): {families}")
+    if kernel.get("timing"):
+        from eagle3_quant.validate.linear_timing import timing_lines
+
+        lines += timing_lines(kernel["timing"])
+    return lines
 
 
 def print_validation(report) -> None:
@@ -64,15 +78,8 @@ def print_validation(report) -> None:
         for layer in report.layers:
             layers.add_row(layer["module"], "x".join(map(str, layer["shape"])), _fmt(layer["sqnr_db"], 2))
         console.print(layers)
-    kernel = report.kernel
-    if kernel.get("kernel_counts"):       # by family: the full names stay in validation.json
-        console.print(KernelEvidence.read([], kernel["kernel_counts"]).describe_kernels(), markup=False)
-    timing = kernel.get("timing")
-    if timing:
-        from eagle3_quant.validate.linear_timing import timing_lines
-
-        for line in timing_lines(timing):
-            console.print(line, markup=False)
+    for line in kernel_lines(report.kernel):
+        console.print(line, markup=False)
     from eagle3_quant.cli.render_taps import print_candidates
 
     taps = m.taps or TapsMetrics()
