@@ -19,7 +19,6 @@ report ``skipped`` with the reason, never ``passed``.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import subprocess
 import sys
@@ -139,22 +138,20 @@ def layer_lines(timing: dict) -> list[str]:
     return lines
 
 
-def output_digests(folder: Path) -> dict[str, str]:
-    from eagle3_quant.records.manifest import MANIFEST_NAME  # it records the device: not compared
-
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())
-            if p.is_file() and p.suffix in (".safetensors", ".json") and not p.name.startswith(".")
-            and p.name != MANIFEST_NAME}
+def output_digests(made) -> dict[str, str]:
+    """File -> sha256 of a quantize result, as its manifest records them (the manifest itself, which names the
+    device, is not among them)."""
+    return {digest.path: digest.sha256 for digest in made.manifest.outputs}
 
 
 def same_bytes(device: str, gpu: bool, workdir: Path) -> Part:
     from eagle3_quant.quantize.api import quantize_draft
     from fixtures.real_pair.draft_files import DRAFT_DIR
 
-    cpu = output_digests(quantize_draft(DRAFT_DIR, workdir / "rp-cpu", device="cpu").output)
+    cpu = output_digests(quantize_draft(DRAFT_DIR, workdir / "rp-cpu", device="cpu"))
     if not gpu:
         return Part("same_bytes", "skipped", "no GPU: only the CPU artifact was made", data={"cpu": cpu})
-    made = output_digests(quantize_draft(DRAFT_DIR, workdir / "rp-gpu", device=device).output)
+    made = output_digests(quantize_draft(DRAFT_DIR, workdir / "rp-gpu", device=device))
     differ = sorted(name for name in cpu.keys() | made.keys() if cpu.get(name) != made.get(name))
     detail = f"{len(cpu)} files, sha256 identical on CPU and {device}" if not differ else \
         f"differ between CPU and {device}: {', '.join(differ)}"
