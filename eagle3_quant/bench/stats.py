@@ -49,7 +49,8 @@ def engine_acceptance(counters: dict, prompts: list[PromptCounts], k: int) -> En
              and [sum(p.at_position[i] for p in prompts) for i in range(k)] == per_pos)
     length = 1.0 + accepted / drafts if drafts else float("nan")
     rates = tuple(n / drafts if drafts else float("nan") for n in per_pos)
-    return EngineAcceptance(drafts, int(counters["draft_tokens"]), accepted, length, rates, agree)
+    return EngineAcceptance(drafts, int(counters["draft_tokens"]), accepted, length, rates, agree,
+                            tuple((p.drafts, *p.at_position) for p in prompts))
 
 
 def _lengths(prompts: list[PromptCounts], picks: torch.Tensor) -> torch.Tensor:

@@ -11,7 +11,7 @@ Layout (``bench_version`` 1)::
       "target": NAME, "reference": NAME,                           # public names, never local paths
       "prompts": {"source", "count", "max_tokens", "tokens"},
       "k": 3, "sampling": "greedy (temperature 0, ignore_eos)",
-      "acceptance": {"reference": ACCEPTANCE, "artifact": ACCEPTANCE},   # vLLM's own counters
+      "acceptance": {"reference": ACCEPTANCE, "artifact": ACCEPTANCE},   # vLLM's own counters, and per prompt
       "acceptance_ratio": RATIO,                                   # artifact / reference, paired bootstrap
       "lossless": {"lossless", "reference": MATCH, "artifact": MATCH},
       "predicted": PREDICTION | null,                              # validate's offline prediction (bench/predict.py)
@@ -86,17 +86,21 @@ class EngineAcceptance:
     acceptance_length: float | None         # 1 + accepted / drafts
     per_position: tuple[float | None, ...]  # accepted at position i / drafts
     counters_agree: bool                    # the per-request histograms sum to the engine-wide counters
+    per_prompt: tuple[tuple[int, ...], ...] = ()   # per prompt, in order: (drafts, accepted at 1, ..., at k)
 
     def to_dict(self) -> dict:
-        return {"acceptance_length": self.acceptance_length, "per_position": list(self.per_position),
+        data = {"acceptance_length": self.acceptance_length, "per_position": list(self.per_position),
                 "drafts": self.drafts, "draft_tokens": self.draft_tokens, "accepted_tokens": self.accepted,
                 "per_request_counts_match_counters": self.counters_agree}
+        if self.per_prompt:
+            data["per_prompt"] = [list(row) for row in self.per_prompt]
+        return data
 
     @classmethod
     def read(cls, fields: RecordFields) -> EngineAcceptance:
         return cls(fields.integer("drafts"), fields.integer("draft_tokens"), fields.integer("accepted_tokens"),
                    fields.number("acceptance_length"), fields.numbers("per_position"),
-                   fields.flag("per_request_counts_match_counters"))
+                   fields.flag("per_request_counts_match_counters"), fields.integer_rows("per_prompt"))
 
 
 @dataclass(frozen=True)

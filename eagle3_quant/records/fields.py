@@ -88,6 +88,17 @@ class RecordFields:
     def optional_numbers(self, key: str) -> tuple[float | None, ...] | None:
         return None if self.data.get(key) is None else self.numbers(key)
 
+    def integer_rows(self, key: str) -> tuple[tuple[int, ...], ...]:
+        """A list of lists of integers; () when absent (a record written before the field existed)."""
+        value = self.data.get(key)
+        if value is None:
+            return ()
+        if not isinstance(value, list) or not all(
+                isinstance(row, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in row)
+                for row in value):
+            raise self.fail(key, "a list of lists of integers")
+        return tuple(tuple(row) for row in value)
+
     def interval(self, key: str) -> tuple[float | None, float | None] | None:
         value = self.data.get(key)
         if value is None:
