@@ -11,7 +11,7 @@ VLLM_STAMP := $(VENV)/.eagle3-quant-vllm-installed
 DEMO_DIR ?= demo-out
 
 .PHONY: setup setup-vllm setup-sglang setup-engine real-pair test test-fast lint demo bench bench-vllm bench-engine \
-	bench-real bench-targets gpu-check test-oldest clean
+	bench-real bench-targets bench-predictions gpu-check test-oldest clean
 
 setup: $(STAMP)
 
@@ -135,6 +135,10 @@ bench-real: setup setup-engine real-pair
 # the real pair's drafts beside its bf16, Quark FP8 and MXFP4 targets and vLLM's online FP8 (docs/bench.md)
 bench-targets: setup setup-engine real-pair
 	$(BIN)/python -m benchmarks.studies.quantized_targets
+
+# the offline prediction against vLLM's engine per prompt, beside the bf16, FP8 and MXFP4 targets (docs/bench.md)
+bench-predictions: setup setup-engine real-pair
+	$(BIN)/python -m benchmarks.studies.predictions
 
 clean:
 	rm -rf $(DEMO_DIR) .pytest_cache .ruff_cache

@@ -288,7 +288,8 @@ def prediction_refusal(target: TargetSpec) -> str | None:
     if precision.online:
         return f"transformers does not reproduce vLLM's online {precision.method} quantization of the target"
     if precision.mx and not torch_has_gpu():
-        return "transformers runs a Quark MX target through Quark's GPU-only kernels"
+        return ("transformers runs a Quark MX target through Quark's GPU-only kernels; to predict from the states "
+                "vLLM computes, run `calibrate --backend vllm` on these prompts, then `validate --calib`")
     return None
 
 
