@@ -46,6 +46,8 @@ def test_every_heldout_prompt_has_a_kind_and_a_second_user_turn_is_multi_turn():
     turns = {"messages": [{"role": "user", "content": "What is 2 + 2?"}, {"role": "assistant", "content": "4."},
                           {"role": "user", "content": "And times 3?"}], "kind": "reasoning", "source": "x"}
     assert fine_kind(turns) == "multi-turn"
+    system = {"messages": [{"role": "system", "content": "Be brief."}, turns["messages"][0]], "kind": "reasoning"}
+    assert fine_kind(system) == "arithmetic and reasoning"
     assert fine_kind({"messages": [{"role": "user", "content": "Write a haiku about owls."}], "kind": "chat"}) \
         == "writing"
     assert fine_kind({"messages": [{"role": "user", "content": "What does the `ls` command do?"}],
