@@ -139,11 +139,11 @@ def study(cache: Path, prompts: int, tokens: int) -> dict:
     results = {}
     for name, target in targets.items():
         served = capture(cache, name, target, prompts, tokens, "vllm")
-        keys = [prompt_key(s) for s in load_calibration(served).samples()][:prompts]
+        samples = list(load_calibration(served).samples())[:prompts]      # bench's prompts, in its order
+        keys = [prompt_key(s) for s in samples]
         engine = engine_counts(artifact, target, served, prompts, tokens, cache / f"bench-{name}.json")
-        row = {"engine": acceptance(engine), "predicted": {}}
-        kinds = sample_kinds(list(load_calibration(served).samples())[:prompts], bf16)
-        row["engine_by_kind"] = by_kind(kinds, engine)
+        row = {"engine": acceptance(engine), "predicted": {}, "engine_by_kind": by_kind(sample_kinds(samples, bf16),
+                                                                                            engine)}
         for backend in ("transformers", "vllm"):
             if backend == "transformers" and "mx" in name:
                 row["predicted"][backend] = {"skipped": NO_TRANSFORMERS}
