@@ -1,5 +1,5 @@
 """The prediction-vs-engine study's arithmetic (benchmarks/studies/predictions.py), the kinds of the real pair's
-prompts, and the training recipe of a continued draft (fast)."""
+prompts (multi-turn ones included), and the training recipe of a continued draft (fast)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from benchmarks.studies.predictions import acceptance, per_prompt_gap, walked
+from fixtures.real_pair.multi_turn import CHAT_FOLLOW_UPS, CODE_FOLLOW_UPS, MULTI_TURN_FILE, trimmed
 from fixtures.real_pair.prompts import FINE_KINDS, HELDOUT_FILE, fine_kind
 from fixtures.real_pair.train import Recipe, lr_at
 
@@ -59,3 +60,22 @@ def test_a_continued_run_warms_up_again_and_decays_over_its_own_steps():
     assert lr_at(0, recipe) == pytest.approx(1e-3 / 50)
     assert lr_at(50, recipe) == pytest.approx(1e-3)
     assert lr_at(1000, recipe) == pytest.approx(1e-3 * 0.05)
+
+
+def test_multi_turn_prompts_continue_a_heldout_question_with_the_targets_answer_and_a_follow_up():
+    heldout = {row["messages"][0]["content"]: row for row in map(json.loads, HELDOUT_FILE.open())}
+    rows = [json.loads(line) for line in MULTI_TURN_FILE.open()]
+    assert len(rows) >= 20
+    for row in rows:
+        first, answer, follow = row["messages"]
+        assert (first["role"], answer["role"], follow["role"]) == ("user", "assistant", "user")
+        assert heldout[first["content"]]["source"] == row["source"]
+        assert answer["content"] and follow["content"] in CODE_FOLLOW_UPS + CHAT_FOLLOW_UPS
+        assert fine_kind(row) == "multi-turn"
+    assert {row["first_kind"] for row in rows} == set(FINE_KINDS) - {"multi-turn"}
+
+
+def test_an_answer_is_cut_at_its_last_sentence_or_line_end():
+    assert trimmed("First sentence. Second one is cu") == "First sentence."
+    assert trimmed("def f():\n    return 1\n    # trail") == "def f():\n    return 1"
+    assert trimmed("no end at all") == "no end at all"

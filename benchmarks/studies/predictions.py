@@ -57,12 +57,12 @@ def capture(cache: Path, name: str, target: Path, prompts: int, tokens: int, bac
 
 
 def engine_counts(artifact: Path, target: Path, prompts_from: Path, prompts: int, tokens: int, kept: Path,
-                  ) -> list[Counts]:
+                  reference: Path = DRAFT_DIR) -> list[Counts]:
     """The BF16 reference draft's counts per prompt in vLLM's engine, in the order of `prompts_from`'s samples
     (the bench.json kept as `kept` and reused)."""
     if not kept.is_file():
         subprocess.run([eagle3_quant_bin(), "bench", str(artifact), "--target", str(target), "--reference",
-                        str(DRAFT_DIR), "--prompts", str(prompts_from), "--num-prompts", str(prompts),
+                        str(reference), "--prompts", str(prompts_from), "--num-prompts", str(prompts),
                         "--max-tokens", str(tokens), "--no-predict"], check=True)
         shutil.copyfile(artifact / BENCH_NAME, kept)
     report = json.loads(kept.read_text())
@@ -164,7 +164,7 @@ def study(cache: Path, prompts: int, tokens: int) -> dict:
     return results
 
 
-def _al(cell: dict) -> str:
+def al_text(cell: dict) -> str:
     if "skipped" in cell:
         return "not made: " + cell["skipped"]
     low, high = cell["interval"]
@@ -176,8 +176,8 @@ def tables(results: dict) -> Iterable[str]:
     yield "| target | engine AL (95% CI; per position) | predicted, transformers' states | predicted, vLLM's states |"
     yield "|---|---|---|---|"
     for name, row in results.items():
-        yield f"| {name} | {_al(row['engine'])} | {_al(row['predicted']['transformers'])} | " \
-              f"{_al(row['predicted']['vllm'])} |"
+        yield f"| {name} | {al_text(row['engine'])} | {al_text(row['predicted']['transformers'])} | " \
+              f"{al_text(row['predicted']['vllm'])} |"
     yield ""
     yield "| target, states | prompts matched | engine - predicted AL (95% CI) | per prompt: mean, largest, " \
           "prompts > 0.25 apart |"
@@ -196,7 +196,7 @@ def tables(results: dict) -> Iterable[str]:
     for kind in kinds:
         cells = [row["engine_by_kind"].get(kind) for row in results.values()]
         count = next(c["prompts"] for c in cells if c)
-        yield f"| {kind} | {count} | " + " | ".join(_al(c) if c else "" for c in cells) + " |"
+        yield f"| {kind} | {count} | " + " | ".join(al_text(c) if c else "" for c in cells) + " |"
 
 
 def main(argv: list[str] | None = None) -> None:
