@@ -63,3 +63,20 @@ def test_a_checkpoint_of_other_settings_starts_over(tmp_path, capsys):
     assert again["resumed_at"] is None
     assert "written for other settings: starting over" in capsys.readouterr().out
     assert [point["step"] for point in again["dev_curve"]] == [2, 4]
+
+
+def test_the_shipped_card_is_rendered_from_its_training_record():
+    import json
+
+    from fixtures.real_pair.card import card_text
+    from fixtures.real_pair.draft_files import DRAFT_DIR
+
+    record = json.loads((DRAFT_DIR / "training.json").read_text())
+    card = card_text(record)
+    assert (DRAFT_DIR / "README.md").read_text() == card
+    best = next(point for point in record["dev_curve"] if point["step"] == record["best_step"])
+    assert f"| {best['step']} | {best['acceptance_length']:.3f} |" in card
+    assert f"{best['cpu_seconds'] / 3600:.2f} |" in card
+    assert f"{record['train_cpu_seconds'] / 3600:.1f} CPU h in all" in card
+    assert set(record["offline_acceptance"]["heldout_by_kind"]) >= {"multi-turn", "arithmetic and reasoning"}
+    assert "| multi-turn | 24 |" in card
