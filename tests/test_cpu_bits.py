@@ -80,11 +80,24 @@ def test_quarks_cpu_run_is_the_cpu_rule(cpu_artifact):
         assert torch.equal(written[module + ".weight"].view(torch.uint8), codes.view(torch.uint8)), module
 
 
-def test_the_cuda_rule_reproduces_the_rows_an_h200_changed(cpu_artifact):
-    source, written = load_file(DRAFT_DIR / "model.safetensors"), load_file(cpu_artifact / "model.safetensors")
+# The draft the H200 quantized (shipped until the plateau draft replaced it), read from git history.
+H200_DRAFT = "147ca890063511acf417c31c2c5f7bff0588721a:tests/fixtures/real_pair/draft/model.safetensors"
+
+
+def test_the_cuda_rule_reproduces_the_rows_an_h200_changed():
+    import subprocess
+
+    from safetensors.torch import load
+
+    shown = subprocess.run(["git", "show", H200_DRAFT], capture_output=True, cwd=Path(__file__).parent)
+    if shown.returncode != 0:
+        pytest.skip(f"the draft the H200 ran is not in this clone's history ({H200_DRAFT})")
+    source = load(shown.stdout)
     for name, recorded in RECORDED["weight_scale_rows_differing"].items():
-        _, on_cuda = cuda_scalar_division(source[name.removesuffix("_scale")])
-        assert int((on_cuda != written[name]).sum()) == recorded["differ"], name
+        weight = source[name.removesuffix("_scale")]
+        _, on_cuda = cuda_scalar_division(weight)
+        _, on_cpu = cpu_fp8_weight(weight, per_channel=True)
+        assert int((on_cuda != on_cpu).sum()) == recorded["differ"], name
         assert on_cuda.numel() == recorded["of"]
 
 
