@@ -13,7 +13,7 @@ import math
 import re
 from typing import Any, TypeVar
 
-from eagle3_quant.errors import OptionsError
+from eagle3_quant.errors import Eagle3QuantError, OptionsError
 
 T = TypeVar("T")
 DEVICE = re.compile(r"^(cpu|cuda(:\d+)?)$")
@@ -63,17 +63,72 @@ def check_device(device: str | None) -> None:
         raise OptionsError(f"{device!r} is not cpu, cuda or cuda:N", field="device")
 
 
+@dataclasses.dataclass(frozen=True)
+class Number:
+    """What a numeric option may hold: a finite int (or float) in [low, high], low itself excluded when `above`.
+    Every numeric CLI option parses with one (cli/numbers.py) and the options dataclasses check with the same, so
+    inf, nan and absurd magnitudes stop at the option, named, before any work."""
+
+    kind: type
+    low: float
+    high: float
+    above: bool = False
+
+    def text(self) -> str:
+        if self.kind is int:
+            return f"an integer in {int(self.low)}..{int(self.high)}"
+        return f"a number in {'(' if self.above else '['}{self.low:g}, {self.high:g}]"
+
+    def problem(self, value: object, shown: str | None = None) -> str | None:
+        """None when `value` fits, else what is wrong with it (`shown`: the value as the user wrote it)."""
+        shown = shown if shown is not None else repr(value)
+        if isinstance(value, bool) or not isinstance(value, int | float) or \
+                (self.kind is int and not isinstance(value, int)):
+            return f"{shown} is not {self.text()}"
+        if not math.isfinite(value):
+            return f"{shown} is not a finite number"
+        if not self.low <= value <= self.high or (self.above and value == self.low):
+            return f"{shown} is not {self.text()}"
+        return None
+
+    def check(self, value: object, name: str, error: type[Eagle3QuantError] = OptionsError, *,
+              required: bool = False) -> None:
+        """Refuse `value` naming the option; None passes unless `required` (an option not given)."""
+        problem = f"{name} is required" if value is None and required else \
+            None if value is None else self.problem(value)
+        if problem:
+            raise error(problem, field=name)
+
+    def parse(self, text: str) -> int | float:
+        """The number `text` spells, checked; ValueError (the CLI's usage error) naming what is wrong."""
+        try:
+            value = self.kind(text.strip())
+        except (TypeError, ValueError):
+            raise ValueError(f"{text!r} is not {self.text()}") from None
+        problem = self.problem(value, text.strip())
+        if problem:
+            raise ValueError(problem)
+        return value
+
+
+COUNT = Number(int, 1, 2**31 - 1)              # samples, tokens, lengths, batch and vocabulary sizes
+AT_LEAST_0 = Number(int, 0, 2**31 - 1)         # counts that may be zero
+SEED = Number(int, 0, 2**32 - 1)               # numpy's seed range
+STEPS = Number(int, 1, 64)                     # draft tokens per speculative step
+LAYER_ID = Number(int, 0, 100_000)             # a target layer index
+FRACTION = Number(float, 0.0, 1.0)
+RATIO = Number(float, 0.0, 100.0, above=True)  # quantized / BF16
+DECIBELS = Number(float, -1000.0, 1000.0)
+TIME = Number(float, 0.0, 1e7, above=True)     # seconds or milliseconds
+
+
 def check_fraction(value: float | None, name: str, *, upper_open: bool = True) -> None:
-    if value is None:
-        return
-    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value) \
-            or value < 0 or value > 1 or (upper_open and value == 1):
+    if value is not None and (FRACTION.problem(value) or (upper_open and value == 1)):
         raise OptionsError(f"{value!r} is not a fraction in [0, 1{')' if upper_open else ']'}", field=name)
 
 
 def check_positive(value: int | None, name: str) -> None:
-    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-        raise OptionsError(f"must be an integer >= 1, got {value!r}", field=name)
+    COUNT.check(value, name)
 
 
 def pick_device(device: str | None) -> str:

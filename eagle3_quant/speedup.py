@@ -31,6 +31,7 @@ from typing import Any
 
 from eagle3_quant.cost import DeviceProfile, DraftCost
 from eagle3_quant.errors import EstimateInputError, ValidationRecordError
+from eagle3_quant.options import TIME
 from eagle3_quant.records.validation_report import REPORT_NAME, ValidationMetrics
 
 ESTIMATE_NAME = "speedup_estimate.json"
@@ -146,8 +147,7 @@ def draft_side_ms(cost: DraftCost | None, profile: DeviceProfile | None, k: int,
     if cost is not None and profile is not None:
         floor, bf16_floor = cost.written.floor_ms(profile, k), cost.bf16.floor_ms(profile, k)
     if given_ms is not None:
-        if not given_ms > 0:
-            raise EstimateInputError(f"--draft-ms {given_ms} is not a positive time", field="draft_ms")
+        TIME.check(given_ms, "draft_ms", EstimateInputError)
         bf16 = given_ms + (bf16_floor - floor) if floor is not None else None
         return given_ms, bf16, "given (--draft-ms); BF16 draft: + the bandwidth floors' difference" \
             if bf16 is not None else "given (--draft-ms)"
@@ -175,8 +175,7 @@ def _unmeasured_floor_ms(cost: DraftCost, profile: DeviceProfile, k: int) -> flo
 def estimate_speedup(acceptance: ReportAcceptance, verify_ms: float, *, k: int | None = None,
                      draft_ms: float | None = None, cost: DraftCost | None = None,
                      profile: DeviceProfile | None = None, source: str = "validation report") -> SpeedupEstimate:
-    if not verify_ms > 0:
-        raise EstimateInputError(f"--verify-ms {verify_ms} is not a positive time", field="verify_ms")
+    TIME.check(verify_ms, "verify_ms", EstimateInputError, required=True)
     k = k or len(acceptance.per_position)
     if k < 1:
         raise EstimateInputError(f"k={k} must be at least 1", field="k")

@@ -27,9 +27,8 @@ def main(argv: list[str] | None = None) -> None:
             code = app(args=argv, prog_name="eagle3-quant", standalone_mode=False)  # Ctrl-C: typer returns 130
     except typer.Exit as exc:
         code = exc.exit_code
-    except typer.TyperException as exc:  # usage errors: bad option, missing argument, bad choice
-        show = getattr(exc, "show", None)
-        show() if show else print(f"error: {exc.format_message()}", file=sys.stderr)
+    except typer.TyperException as exc:  # usage errors: bad option or value, missing argument, bad choice
+        print(f"error: {usage_line(exc)}", file=sys.stderr)
         code = exc.exit_code
     except typer.Abort:
         code = 130
@@ -51,6 +50,13 @@ def main(argv: list[str] | None = None) -> None:
     if argv is None:    # the console script, its work done: skip the interpreter's teardown (below)
         _exit_now(code)
     sys.exit(code)
+
+
+def usage_line(exc: typer.TyperException) -> str:
+    """A usage error as one line, the value named, ending with where the verb's options are listed."""
+    ctx = getattr(exc, "ctx", None)
+    where = f" (see: {ctx.command_path} -h)" if ctx is not None else ""
+    return " ".join(exc.format_message().split()) + where
 
 
 def _exit_now(code: int) -> None:

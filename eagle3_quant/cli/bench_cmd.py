@@ -8,18 +8,14 @@ import typer
 
 from eagle3_quant.bench.options import BenchOptions as B
 from eagle3_quant.cli.app import verb
+from eagle3_quant.cli.numbers import number_option, numbers
+from eagle3_quant.options import COUNT, SEED, STEPS, TIME, help_of
 from eagle3_quant.options import default_of as default
-from eagle3_quant.options import help_of
 from eagle3_quant.records.bench_run import BENCH_NAME
 
 
 def _levels(text: str | None) -> tuple[int, ...]:
-    if not text:
-        return ()
-    try:
-        return tuple(int(x) for x in text.split(","))
-    except ValueError:
-        raise typer.BadParameter(f"{text!r} is not a comma-separated list of integers (e.g. 1,4,16,64)") from None
+    return tuple(numbers(COUNT, text or None, "--concurrency") or ())
 
 
 @verb("bench")
@@ -28,22 +24,22 @@ def bench_command(
     target: Annotated[str, typer.Option(help=help_of(B, "target"))],
     reference: Annotated[Path | None, typer.Option(help=help_of(B, "reference"))] = default(B, "reference"),
     prompts: Annotated[str | None, typer.Option(help=help_of(B, "prompts"))] = default(B, "prompts"),
-    num_prompts: Annotated[int, typer.Option(help=help_of(B, "num_prompts"))] = default(B, "num_prompts"),
-    max_tokens: Annotated[int, typer.Option(help=help_of(B, "max_tokens"))] = default(B, "max_tokens"),
-    prompt_len: Annotated[int, typer.Option(help=help_of(B, "prompt_len"))] = default(B, "prompt_len"),
-    k: Annotated[int, typer.Option("--k", help=help_of(B, "k"))] = default(B, "k"),
+    num_prompts: Annotated[int, number_option(COUNT, help=help_of(B, "num_prompts"))] = default(B, "num_prompts"),
+    max_tokens: Annotated[int, number_option(COUNT, help=help_of(B, "max_tokens"))] = default(B, "max_tokens"),
+    prompt_len: Annotated[int, number_option(COUNT, help=help_of(B, "prompt_len"))] = default(B, "prompt_len"),
+    k: Annotated[int, number_option(STEPS, "--k", help=help_of(B, "k"))] = default(B, "k"),
     engine_python: Annotated[str | None, typer.Option(help=help_of(B, "engine_python"))] = default(B, "engine_python"),
     target_quantization: Annotated[str | None, typer.Option(help=help_of(B, "target_quantization"))] = None,
     dtype: Annotated[str, typer.Option(help=help_of(B, "dtype"))] = default(B, "dtype"),
-    max_num_seqs: Annotated[int, typer.Option(help=help_of(B, "max_num_seqs"))] = default(B, "max_num_seqs"),
-    timeout: Annotated[float, typer.Option(help=help_of(B, "timeout_s"))] = default(B, "timeout_s"),
+    max_num_seqs: Annotated[int, number_option(COUNT, help=help_of(B, "max_num_seqs"))] = default(B, "max_num_seqs"),
+    timeout: Annotated[float, number_option(TIME, help=help_of(B, "timeout_s"))] = default(B, "timeout_s"),
     predict: Annotated[bool, typer.Option("--predict/--no-predict", help=help_of(B, "predict"))]
     = default(B, "predict"),
     device: Annotated[str | None, typer.Option(help=help_of(B, "device"))] = default(B, "device"),
     concurrency: Annotated[str | None, typer.Option(help=help_of(B, "concurrency"))] = None,
-    input_len: Annotated[int, typer.Option(help=help_of(B, "input_len"))] = default(B, "input_len"),
-    output_len: Annotated[int, typer.Option(help=help_of(B, "output_len"))] = default(B, "output_len"),
-    seed: Annotated[int, typer.Option(help=help_of(B, "seed"))] = default(B, "seed"),
+    input_len: Annotated[int, number_option(COUNT, help=help_of(B, "input_len"))] = default(B, "input_len"),
+    output_len: Annotated[int, number_option(COUNT, help=help_of(B, "output_len"))] = default(B, "output_len"),
+    seed: Annotated[int, number_option(SEED, help=help_of(B, "seed"))] = default(B, "seed"),
     as_json: Annotated[bool, typer.Option("--json", help=f"Print {BENCH_NAME} on stdout instead of tables.")] = False,
 ) -> None:
     """Run the target in vLLM's real engine with no draft, the BF16 draft and OUT: vLLM's own acceptance, the

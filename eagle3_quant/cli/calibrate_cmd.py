@@ -13,21 +13,13 @@ from eagle3_quant.calib.options import CalibrationOptions as C
 from eagle3_quant.calib.options import ImportOptions
 from eagle3_quant.calib.target import DTYPE_NAMES
 from eagle3_quant.cli.app import verb
+from eagle3_quant.cli.numbers import number_option, numbers
+from eagle3_quant.options import AT_LEAST_0, COUNT, LAYER_ID, SEED, TIME, help_of
 from eagle3_quant.options import default_of as default
-from eagle3_quant.options import help_of
 from eagle3_quant.taps.conventions import TapConvention
 from eagle3_quant.taps.engine_rules import Engine
 
 Dtype = Enum("Dtype", {name: name for name in ("auto", *DTYPE_NAMES)}, type=str)
-
-
-def _layer_ids(text: str | None) -> list[int] | None:
-    if text is None:
-        return None
-    try:
-        return [int(part) for part in text.replace(" ", "").split(",") if part]
-    except ValueError as exc:
-        raise typer.BadParameter(f"{text!r} is not a comma-separated list of integers") from exc
 
 
 def _engine_args(text: str | None) -> dict | None:
@@ -56,14 +48,14 @@ def calibrate_command(
     dump_format: Annotated[DumpFormat, typer.Option("--format", help=help_of(ImportOptions, "format"))]
     = default(ImportOptions, "format"),
     dump_layer_ids: Annotated[str | None, typer.Option(help=help_of(ImportOptions, "dump_layer_ids"))] = None,
-    num_samples: Annotated[int, typer.Option(help=help_of(C, "num_samples"))] = default(C, "num_samples"),
-    seq_len: Annotated[int, typer.Option(help=help_of(C, "seq_len"))] = default(C, "seq_len"),
-    seed: Annotated[int, typer.Option(help=help_of(C, "seed"))] = default(C, "seed"),
+    num_samples: Annotated[int, number_option(COUNT, help=help_of(C, "num_samples"))] = default(C, "num_samples"),
+    seq_len: Annotated[int, number_option(COUNT, help=help_of(C, "seq_len"))] = default(C, "seq_len"),
+    seed: Annotated[int, number_option(SEED, help=help_of(C, "seed"))] = default(C, "seed"),
     column: Annotated[str | None, typer.Option(help=help_of(C, "column"))] = default(C, "column"),
     split: Annotated[str, typer.Option(help=help_of(C, "split"))] = default(C, "split"),
     subset: Annotated[str | None, typer.Option(help=help_of(C, "subset"))] = default(C, "subset"),
-    min_tokens: Annotated[int, typer.Option(help=help_of(C, "min_tokens"))] = default(C, "min_tokens"),
-    generate_tokens: Annotated[int | None, typer.Option(help=help_of(C, "generate_tokens"))]
+    min_tokens: Annotated[int, number_option(AT_LEAST_0, help=help_of(C, "min_tokens"))] = default(C, "min_tokens"),
+    generate_tokens: Annotated[int | None, number_option(AT_LEAST_0, help=help_of(C, "generate_tokens"))]
     = default(C, "generate_tokens"),
     engine: Annotated[Engine | None, typer.Option(
         help=help_of(C, "engine") + " Default vllm; with --from-dump: " + help_of(ImportOptions, "engine"))] = None,
@@ -74,23 +66,24 @@ def calibrate_command(
     trust_remote_code: Annotated[bool, typer.Option("--trust-remote-code", help=help_of(C, "trust_remote_code"))]
     = default(C, "trust_remote_code"),
     device: Annotated[str | None, typer.Option(help=help_of(C, "device"))] = default(C, "device"),
-    batch_size: Annotated[int | None, typer.Option(help=help_of(C, "batch_size"))] = default(C, "batch_size"),
-    threads: Annotated[int | None, typer.Option(help=help_of(C, "threads"))] = default(C, "threads"),
+    batch_size: Annotated[int | None, number_option(COUNT, help=help_of(C, "batch_size"))] = default(C, "batch_size"),
+    threads: Annotated[int | None, number_option(COUNT, help=help_of(C, "threads"))] = default(C, "threads"),
     force: Annotated[bool, typer.Option("--force", help=help_of(C, "force"))] = default(C, "force"),
     revision: Annotated[str | None, typer.Option(help=help_of(C, "revision"))] = default(C, "revision"),
     backend: Annotated[Backend, typer.Option(help=help_of(C, "backend"))] = default(C, "backend"),
     engine_python: Annotated[str | None, typer.Option(help=help_of(C, "engine_python"))] = None,
-    tensor_parallel_size: Annotated[int, typer.Option(help=help_of(C, "tensor_parallel_size"))]
+    tensor_parallel_size: Annotated[int, number_option(COUNT, help=help_of(C, "tensor_parallel_size"))]
     = default(C, "tensor_parallel_size"),
-    pipeline_parallel_size: Annotated[int, typer.Option(help=help_of(C, "pipeline_parallel_size"))]
+    pipeline_parallel_size: Annotated[int, number_option(COUNT, help=help_of(C, "pipeline_parallel_size"))]
     = default(C, "pipeline_parallel_size"),
     enable_expert_parallel: Annotated[bool, typer.Option("--enable-expert-parallel",
                                                          help=help_of(C, "enable_expert_parallel"))]
     = default(C, "enable_expert_parallel"),
-    max_model_len: Annotated[int | None, typer.Option(help=help_of(C, "max_model_len"))] = None,
-    max_num_seqs: Annotated[int | None, typer.Option(help=help_of(C, "max_num_seqs"))] = None,
+    max_model_len: Annotated[int | None, number_option(COUNT, help=help_of(C, "max_model_len"))] = None,
+    max_num_seqs: Annotated[int | None, number_option(COUNT, help=help_of(C, "max_num_seqs"))] = None,
     engine_args: Annotated[str | None, typer.Option(help=help_of(C, "engine_args") + " (JSON)")] = None,
-    engine_timeout: Annotated[float, typer.Option(help=help_of(C, "engine_timeout"))] = default(C, "engine_timeout"),
+    engine_timeout: Annotated[float, number_option(TIME, help=help_of(C, "engine_timeout"))]
+    = default(C, "engine_timeout"),
     target_quantization: Annotated[str | None, typer.Option(help=help_of(C, "target_quantization"))] = None,
 ) -> None:
     """Capture what the draft receives from its target (three aux hidden states, next tokens) into a
@@ -105,14 +98,15 @@ def calibrate_command(
         raise typer.BadParameter("--data needs --target")
     if from_dump is not None and backend is not Backend.transformers:
         raise typer.BadParameter("--backend runs the target on --data; --from-dump imports states already captured")
-    ids = _layer_ids(aux_layer_ids)
+    ids = numbers(LAYER_ID, aux_layer_ids, "--aux-layer-ids")
+    dump_ids = numbers(LAYER_ID, dump_layer_ids, "--dump-layer-ids")
     progress = TerminalProgress()
     if from_dump is not None:
         from eagle3_quant.calib.importer import import_calibration
 
         options = ImportOptions(target=target, engine=engine.value if engine else None,
                                 tap_convention=tap_convention.value, aux_layer_ids=ids, force=force, revision=revision,
-                                format=dump_format.value, dump_layer_ids=_layer_ids(dump_layer_ids))
+                                format=dump_format.value, dump_layer_ids=dump_ids)
         result = import_calibration(from_dump, draft, out, options, progress=progress)
     else:
         from eagle3_quant.calib.api import calibrate_target

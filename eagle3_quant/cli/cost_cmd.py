@@ -6,6 +6,8 @@ from typing import Annotated
 import typer
 
 from eagle3_quant.cli.app import verb
+from eagle3_quant.cli.numbers import number_option
+from eagle3_quant.options import COUNT, STEPS
 
 
 @verb("cost")
@@ -14,9 +16,9 @@ def cost_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
     device_profile: Annotated[str | None, typer.Option(
         "--device-profile", help="mi355x, mi300x or h200: print the bandwidth floor of a draft step.")] = None,
-    draft_vocab: Annotated[int | None, typer.Option(
-        "--draft-vocab", help="Also project a pruned draft vocabulary of N tokens.")] = None,
-    k: Annotated[int, typer.Option("--k", min=1, help="Draft steps per cycle for the cycle floor.")] = 3,
+    draft_vocab: Annotated[int | None, number_option(
+        COUNT, "--draft-vocab", help="Also project a pruned draft vocabulary of N tokens.")] = None,
+    k: Annotated[int, number_option(STEPS, "--k", help="Draft steps per cycle for the cycle floor.")] = 3,
     revision: Annotated[str | None, typer.Option(help="Hub revision.")] = None,
 ) -> None:
     """Bytes, FLOPs and KV cache of one draft step, BF16 vs as written, from headers only. Instant."""

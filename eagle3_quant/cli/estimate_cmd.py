@@ -7,19 +7,22 @@ from typing import Annotated
 import typer
 
 from eagle3_quant.cli.app import verb
+from eagle3_quant.cli.numbers import number_option
+from eagle3_quant.options import STEPS, TIME
 from eagle3_quant.records.validation_report import REPORT_NAME
 
 
 @verb("estimate")
 def estimate_command(
     out: Annotated[Path, typer.Argument(help="Quantized draft folder.")],
-    verify_ms: Annotated[float, typer.Option("--verify-ms", help="Time of one target forward (verification), ms.")],
+    verify_ms: Annotated[float, number_option(
+        TIME, "--verify-ms", help="Time of one target forward (verification), ms.")],
     validation: Annotated[Path | None, typer.Option(
         help=f"Validation report with per-position acceptance (default: OUT/{REPORT_NAME}).")] = None,
-    draft_ms: Annotated[float | None, typer.Option(
-        "--draft-ms", help="Draft-side time of one cycle, ms (default: measured kernel timings, else the "
+    draft_ms: Annotated[float | None, number_option(
+        TIME, "--draft-ms", help="Draft-side time of one cycle, ms (default: measured kernel timings, else the "
         "bandwidth floor).")] = None,
-    k: Annotated[int | None, typer.Option("--k", min=1, help="Draft steps per cycle (default: the report's k).")]
+    k: Annotated[int | None, number_option(STEPS, "--k", help="Draft steps per cycle (default: the report's k).")]
     = None,
     device_profile: Annotated[str, typer.Option(
         "--device-profile", help="mi355x, mi300x or h200: bandwidth for the floor.")] = "mi355x",

@@ -7,8 +7,9 @@ from typing import Annotated
 import typer
 
 from eagle3_quant.cli.app import verb
+from eagle3_quant.cli.numbers import number_option
+from eagle3_quant.options import COUNT, FRACTION, RATIO, help_of
 from eagle3_quant.options import default_of as default
-from eagle3_quant.options import help_of
 from eagle3_quant.quantize.options import AUTO_SCHEME, ENGINES
 from eagle3_quant.quantize.options import QuantizeOptions as Q
 from eagle3_quant.records.serve_taps import SERVE_TAPS
@@ -30,19 +31,21 @@ def quantize_command(
     = default(Q, "quantize_fc"),
     device: Annotated[str | None, typer.Option(help=help_of(Q, "device"))] = default(Q, "device"),
     calib: Annotated[Path | None, typer.Option(help=help_of(Q, "calib"))] = default(Q, "calib"),
-    auto_exclude: Annotated[float | None, typer.Option(help=help_of(Q, "auto_exclude"))] = default(Q, "auto_exclude"),
-    smooth_alpha: Annotated[float | None, typer.Option(help=help_of(Q, "smooth_alpha"))] = default(Q, "smooth_alpha"),
+    auto_exclude: Annotated[float | None, number_option(FRACTION, help=help_of(Q, "auto_exclude"))]
+    = default(Q, "auto_exclude"),
+    smooth_alpha: Annotated[float | None, number_option(FRACTION, help=help_of(Q, "smooth_alpha"))]
+    = default(Q, "smooth_alpha"),
     gptq: Annotated[bool, typer.Option("--gptq", help=help_of(Q, "gptq"))] = default(Q, "gptq"),
     force: Annotated[bool, typer.Option("--force", help=help_of(Q, "force"))] = default(Q, "force"),
     revision: Annotated[str | None, typer.Option(help=help_of(Q, "revision"))] = default(Q, "revision"),
     verbose: Annotated[bool, typer.Option("--verbose", help=help_of(Q, "verbose"))] = default(Q, "verbose"),
-    draft_vocab: Annotated[int | None, typer.Option("--draft-vocab", help=help_of(Q, "draft_vocab"))]
+    draft_vocab: Annotated[int | None, number_option(COUNT, "--draft-vocab", help=help_of(Q, "draft_vocab"))]
     = default(Q, "draft_vocab"),
     quantize_lm_head: Annotated[bool, typer.Option("--quantize-lm-head", help=help_of(Q, "quantize_lm_head"))]
     = default(Q, "quantize_lm_head"),
     allow_pickle: Annotated[bool, typer.Option("--allow-pickle", help=help_of(Q, "allow_pickle"))]
     = default(Q, "allow_pickle"),
-    min_acceptance_ratio: Annotated[float, typer.Option(help=help_of(Q, "min_acceptance_ratio"))]
+    min_acceptance_ratio: Annotated[float, number_option(RATIO, help=help_of(Q, "min_acceptance_ratio"))]
     = default(Q, "min_acceptance_ratio"),
     engine: Annotated[EngineName, typer.Option(help=help_of(Q, "engine"))] = default(Q, "engine"),
     serve_taps: Annotated[ServeTaps, typer.Option(help=help_of(Q, "serve_taps"))] = default(Q, "serve_taps"),

@@ -7,9 +7,10 @@ from typing import Annotated
 import typer
 
 from eagle3_quant.cli.app import verb
+from eagle3_quant.cli.numbers import number_option
 from eagle3_quant.cli.quantize_cmd import PlainScheme
+from eagle3_quant.options import COUNT, help_of
 from eagle3_quant.options import default_of as default
-from eagle3_quant.options import help_of
 from eagle3_quant.quantize.options import SensitivityOptions as S
 
 
@@ -19,7 +20,8 @@ def sensitivity_command(
     calib: Annotated[Path, typer.Option(help="Calibration set (made by `eagle3-quant calibrate`).")],
     scheme: Annotated[PlainScheme, typer.Option(help=help_of(S, "scheme"))] = default(S, "scheme"),
     group: Annotated[list[str] | None, typer.Option(help=help_of(S, "groups"))] = None,
-    max_samples: Annotated[int | None, typer.Option(help=help_of(S, "max_samples"))] = default(S, "max_samples"),
+    max_samples: Annotated[int | None, number_option(COUNT, help=help_of(S, "max_samples"))]
+    = default(S, "max_samples"),
     device: Annotated[str | None, typer.Option(help=help_of(S, "device"))] = default(S, "device"),
     revision: Annotated[str | None, typer.Option(help=help_of(S, "revision"))] = default(S, "revision"),
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON on stdout instead of a table.")] = False,
