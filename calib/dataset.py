@@ -83,9 +83,9 @@ def check_json_rows(path: Path) -> int:
             if not line:
                 continue
             if rows == 0 and not lines_mode:
-                lines_mode = _json_value(line)
+                lines_mode = _json_value(line, path, number)
             rows += 1
-            if lines_mode and not _json_value(line):
+            if lines_mode and not _json_value(line, path, number):
                 raise CalibrationDataError(f"line {number} is not one JSON value", path=path,
                                            hint="JSON lines: one object per line")
     if rows == 0:
@@ -93,9 +93,13 @@ def check_json_rows(path: Path) -> int:
     return rows if lines_mode else 1
 
 
-def _json_value(line: str) -> bool:
+def _json_value(line: str, path: Path, number: int) -> bool:
+    """Whether the line is one JSON value (json's own C parser: a prompts file may be large; a row nested past
+    its recursion limit is refused, not followed)."""
     try:
         json.loads(line)
+    except RecursionError:
+        raise CalibrationDataError(f"line {number} is JSON nested too deeply to be a row", path=path) from None
     except ValueError:
         return False
     return True

@@ -32,7 +32,9 @@ import torch
 from safetensors import safe_open
 
 from eagle3_quant.calib.dump_formats import DumpFormat
-from eagle3_quant.errors import CalibrationDataError, TargetMismatchError
+from eagle3_quant.errors import CalibrationDataError, CheckpointFileError, TargetMismatchError
+from eagle3_quant.reading.safetensors_header import read_header
+from eagle3_quant.records.sample_limits import check_declared_bytes, check_finite, header_bytes
 
 KEYS = frozenset({"hidden_states", "token_ids"})
 SPECULATORS_PATTERN = re.compile(r"^hs_(\d+)\.safetensors$")
@@ -87,7 +89,14 @@ def engine_files(folder: Path, fmt: DumpFormat) -> list[Path]:
 
 
 def read_engine_record(file: Path) -> EngineRecord:
-    """One request's file, checked: the two keys, token_ids an integer vector, hidden_states [T, n, H] float."""
+    """One request's file, checked: the two keys, token_ids an integer vector, hidden_states [T, n, H] float and
+    finite; its header read first, and what it declares bounded (`sample_limits`), before a tensor is read."""
+    try:
+        header = read_header(file)
+    except CheckpointFileError as exc:
+        raise CalibrationDataError(f"cannot read as a safetensors file ({exc.message})", path=file,
+                                   tensor=exc.tensor) from None
+    check_declared_bytes(header_bytes(header, KEYS), file, CalibrationDataError)
     try:
         with safe_open(str(file), framework="pt") as fh:
             keys = set(fh.keys())
@@ -111,6 +120,7 @@ def read_engine_record(file: Path) -> EngineRecord:
     if states.shape[0] != ids.shape[0] or ids.shape[0] == 0:
         raise CalibrationDataError(f"hidden_states hold {states.shape[0]} positions, token_ids {ids.shape[0]}",
                                    path=file, field="hidden_states")
+    check_finite({"hidden_states": states}, file, CalibrationDataError)
     return EngineRecord(ids.to(torch.int64), states)
 
 

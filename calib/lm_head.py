@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
 from safetensors import safe_open
 
 from eagle3_quant.errors import CheckpointFileError, SourceNotFoundError
+from eagle3_quant.reading.checkpoint import read_weight_map
 from eagle3_quant.reading.hub_errors import hub_failure, hub_reads
 
 VOCAB_CHUNK = 16384
@@ -29,10 +29,10 @@ def _tensor_files(target: str) -> tuple[dict[str, str], Path]:
                     raise
                 single = Path(hf_hub_download(target, "model.safetensors"))
                 return _names_in(single), single.parent
-        return json.loads(index.read_text())["weight_map"], index.parent
+        return read_weight_map(index), index.parent
     indexes = sorted(folder.glob("*.safetensors.index.json"))
     if indexes:
-        return json.loads(indexes[0].read_text())["weight_map"], folder
+        return read_weight_map(indexes[0]), folder
     files = sorted(folder.glob("*.safetensors"))
     if not files:
         raise SourceNotFoundError("holds no safetensors weights to read the lm_head from", path=folder)

@@ -11,12 +11,14 @@ from ``hidden_state`` with the target's lm_head. Files are read with ``weights_o
 from __future__ import annotations
 
 import re
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from eagle3_quant.errors import CalibrationDataError
+from eagle3_quant.records.sample_limits import check_declared_bytes, check_finite
 
 FILE_PATTERN = re.compile(r"^data_(\d+)\.ckpt$")
 
@@ -49,7 +51,25 @@ def _squeeze(value, name: str, dims: int, file: Path) -> torch.Tensor:
     return value
 
 
+def declared_bytes(file: Path) -> int:
+    """The bytes a torch.save archive expands to, as its zip directory declares them, read before torch.load: a
+    record stored compressed (torch.save stores them plain) or declaring more than the whole file is refused."""
+    try:
+        size = file.stat().st_size
+        with zipfile.ZipFile(file) as archive:
+            records = archive.infolist()
+    except (OSError, zipfile.BadZipFile) as exc:
+        raise CalibrationDataError(f"cannot read as a SpecForge hidden-state file (not a torch.save zip archive: "
+                                   f"{exc})", path=file) from None
+    for record in records:
+        if record.compress_type != zipfile.ZIP_STORED or record.file_size > size:
+            raise CalibrationDataError(f"record {record.filename!r} declares {record.file_size} bytes in a {size}-byte "
+                                       "file (compressed): not what torch.save writes", path=file)
+    return sum(record.file_size for record in records)
+
+
 def read_record(file: Path) -> SpecForgeRecord:
+    check_declared_bytes(declared_bytes(file), file, CalibrationDataError)
     try:
         data = torch.load(file, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises pickle / runtime / zip errors for a damaged or unsafe file
@@ -64,6 +84,7 @@ def read_record(file: Path) -> SpecForgeRecord:
     ids = _squeeze(data["input_ids"], "input_ids", 1, file)
     aux = _squeeze(data["aux_hidden_state"], "aux_hidden_state", 2, file)
     last = _squeeze(data["hidden_state"], "hidden_state", 2, file)
+    check_finite({"aux_hidden_state": aux, "hidden_state": last}, file, CalibrationDataError)
     length = aux.shape[0]
     if ids.shape[0] < length or last.shape[0] != length:
         raise CalibrationDataError(f"lengths disagree: input_ids {ids.shape[0]}, aux_hidden_state {length}, "

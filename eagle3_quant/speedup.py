@@ -32,6 +32,7 @@ from typing import Any
 from eagle3_quant.cost import DeviceProfile, DraftCost
 from eagle3_quant.errors import EstimateInputError, ValidationRecordError
 from eagle3_quant.options import TIME
+from eagle3_quant.reading.limits import load_json_file
 from eagle3_quant.records.validation_report import REPORT_NAME, ValidationMetrics
 
 ESTIMATE_NAME = "speedup_estimate.json"
@@ -62,11 +63,11 @@ def read_report_acceptance(path: str | Path) -> ReportAcceptance:
     """Per-position acceptance (and batch-1 kernel timings when measured) from a validation.json."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = load_json_file(path, EstimateInputError)
     except FileNotFoundError:
         raise EstimateInputError("no such file", path=path) from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise EstimateInputError(f"not a readable JSON report ({exc})", path=path) from None
+    except OSError as exc:
+        raise EstimateInputError(f"cannot read ({exc.strerror or exc})", path=path) from None
     raw = data.get("metrics") if isinstance(data, dict) else None
     if not isinstance(raw, dict):
         raise EstimateInputError("no metrics object: not a validation report", path=path, field="metrics")

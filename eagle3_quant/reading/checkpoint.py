@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from eagle3_quant.errors import CheckpointFileError, DraftFormatError, UnsupportedSourceError
-from eagle3_quant.reading.limits import read_limited_text, refuse_constant
+from eagle3_quant.reading.limits import load_json_file
 from eagle3_quant.reading.safetensors_header import SafetensorsHeader, TensorInfo, read_header
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth")
@@ -52,15 +51,24 @@ def read_checkpoint(root: Path) -> Checkpoint:
     return Checkpoint(root, tuple(files), None, _merge(headers))
 
 
-def _read_indexed(root: Path, index_file: Path) -> Checkpoint:
+def read_weight_map(index_file: Path) -> dict[str, str]:
+    """A shard index's tensor -> file map (safetensors or pickle), read with the limited JSON reader."""
     try:
-        index = json.loads(read_limited_text(index_file, error=CheckpointFileError), parse_constant=refuse_constant)
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:   # ValueError: JSON, NaN/Infinity
-        raise CheckpointFileError(f"shard index is not valid JSON ({exc})", path=index_file) from exc
+        index = load_json_file(index_file, CheckpointFileError)
+    except OSError as exc:
+        raise CheckpointFileError(f"cannot read the shard index ({exc.strerror or exc})", path=index_file) from exc
+    except CheckpointFileError as exc:      # invalid JSON, NaN/Infinity, too large or too deep
+        raise CheckpointFileError(f"shard index is not valid JSON ({exc.message})", path=index_file,
+                                  field=exc.field) from None
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
         raise CheckpointFileError("no 'weight_map' object of tensor -> file name", path=index_file,
                                   field="weight_map")
+    return weight_map
+
+
+def _read_indexed(root: Path, index_file: Path) -> Checkpoint:
+    weight_map = read_weight_map(index_file)
     shard_names = sorted(set(weight_map.values()))
     shards = {name: _check_inside(root, root / name, name, index_file) for name in shard_names}
     stray = sorted(p.name for p in root.glob("*.safetensors") if p.name not in shards)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from eagle3_quant.errors import DraftFormatError, UnsupportedSourceError
+from eagle3_quant.options import LAYER_ID
 from eagle3_quant.reading.families import DraftFamily, MlaDims, detect_family
 from eagle3_quant.reading.formats import DraftFormat
 from eagle3_quant.reading.limits import json_from_bytes, read_limited_bytes
@@ -18,6 +19,7 @@ from eagle3_quant.util.hashing import FileDigest
 MAX_DIM = 1 << 17        # hidden / intermediate sizes beyond this are not a draft
 MAX_VOCAB = 1 << 22
 MAX_HEADS = 1024
+DRAFT_LAYERS = 1         # decoder layers an Eagle3 draft's weights hold (formats.detect_format refuses more)
 
 
 @dataclass(frozen=True)
@@ -108,9 +110,10 @@ def parse_config(raw: Mapping[str, Any], fmt: DraftFormat, path: Path) -> DraftC
                                field="draft_vocab_size")
     eagle_config = raw.get("eagle_config") if isinstance(raw.get("eagle_config"), dict) else {}
     aux = eagle_config.get("eagle_aux_hidden_state_layer_ids", raw.get("eagle_aux_hidden_state_layer_ids"))
-    if aux is not None and (not isinstance(aux, list) or not all(_is_int(i) and i >= 0 for i in aux)):
-        raise DraftFormatError(f"{aux!r} is not a list of layer indices", path=path,
+    if aux is not None and (not isinstance(aux, list) or any(LAYER_ID.problem(i) for i in aux)):
+        raise DraftFormatError(f"{aux!r} is not a list of layer indices ({LAYER_ID.text()})", path=path,
                                field="eagle_aux_hidden_state_layer_ids")
+    _check_layers(read)
     family = detect_family(raw, path)
     return DraftConfig(
         architecture=(raw.get("architectures") or ["?"])[0],
@@ -174,6 +177,16 @@ def _mla_dims(read: _Reader, path: Path) -> MlaDims:
         qk_rope_head_dim=read.int("qk_rope_head_dim", MAX_DIM),
         v_head_dim=read.int("v_head_dim", MAX_DIM),
     )
+
+
+def _check_layers(read: _Reader) -> None:
+    """num_hidden_layers, when named, must be the one decoder layer the weights hold: vLLM's Eagle3 classes build
+    as many as it says (llama_eagle3.py, qwen3_eagle3.py: range(config.num_hidden_layers))."""
+    layers = read.data.get("num_hidden_layers")
+    if layers is not None and (not _is_int(layers) or layers != DRAFT_LAYERS):
+        raise DraftFormatError(f"{layers!r} decoder layers, but the weights hold {DRAFT_LAYERS} (an Eagle3 draft has "
+                               "one; vLLM would build as many as this says)", path=read.path,
+                               field=read.prefix + "num_hidden_layers")
 
 
 def _verifier(raw: Mapping[str, Any]) -> str | None:

@@ -17,6 +17,7 @@ from pathlib import Path
 from eagle3_quant.errors import CheckpointFileError, DraftFormatError, SourceNotFoundError
 from eagle3_quant.reading.hub_errors import hub_failure
 from eagle3_quant.reading.hub_reach import reach_hub
+from eagle3_quant.reading.limits import load_json_file
 from eagle3_quant.reading.safetensors_header import MAX_HEADER_BYTES, TensorInfo, _parse_entry
 
 INDEX = "model.safetensors.index.json"
@@ -42,9 +43,11 @@ def read_hub_json(repo_id: str, filename: str, revision: str | None) -> dict | N
                 raise
             return None
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise DraftFormatError(f"not valid JSON ({exc})", path=f"{repo_id}/{filename}") from exc
+        return load_json_file(path)
+    except OSError as exc:
+        raise DraftFormatError(f"cannot read ({exc.strerror or exc})", path=f"{repo_id}/{filename}") from exc
+    except DraftFormatError as exc:
+        raise DraftFormatError(exc.message, path=f"{repo_id}/{filename}", field=exc.field) from None
 
 
 def read_hub_tensor(repo_id: str, pick: Callable[[list[str]], str | None], revision: str | None = None) \
@@ -104,6 +107,9 @@ class _RemoteFile:
         raw, _ = self._get(8, 8 + length)
         try:
             entries = json.loads(raw)
+        except RecursionError:
+            raise CheckpointFileError("header JSON is nested too deeply to be a safetensors header",
+                                      path=self.where) from None
         except (UnicodeDecodeError, ValueError) as exc:
             raise CheckpointFileError(f"header is not valid JSON ({exc})", path=self.where) from exc
         if not isinstance(entries, dict):

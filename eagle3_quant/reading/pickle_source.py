@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from eagle3_quant.errors import CheckpointFileError, UnsupportedSourceError
-from eagle3_quant.reading.checkpoint import PICKLE_SUFFIXES, check_links
+from eagle3_quant.reading.checkpoint import PICKLE_SUFFIXES, check_links, read_weight_map
 from eagle3_quant.util.outdir import check_output_target, scratch_for
 from eagle3_quant.util.resources import check_disk, check_memory, gb
 
@@ -93,12 +93,7 @@ def _read_pickle_index(src: Path, files: set[str]) -> dict[str, str] | None:
     path = src / PICKLE_INDEX
     if not path.exists():
         return None
-    try:
-        weight_map = json.loads(path.read_text()).get("weight_map")
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError) as exc:
-        raise CheckpointFileError(f"shard index is not valid JSON with a 'weight_map' ({exc})", path=path) from None
-    if not isinstance(weight_map, dict):
-        raise CheckpointFileError("no 'weight_map' object of tensor -> file name", path=path, field="weight_map")
+    weight_map = read_weight_map(path)
     for tensor, file in weight_map.items():
         if file not in files:
             raise CheckpointFileError(f"index places it in '{file}', which is not a pickle file of this folder",

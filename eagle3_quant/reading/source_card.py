@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
+
+from eagle3_quant.errors import DraftFormatError
+from eagle3_quant.reading.limits import load_json_file, load_yaml_text, read_limited_text
 
 LICENSE_KEYS = ("license", "license_name", "license_link")
 # huggingface_hub's cache layout: .../models--ORG--NAME/snapshots/<commit>/
@@ -14,19 +16,17 @@ HUB_CACHE_SNAPSHOT = re.compile(r"models--([^/]+?)--([^/]+)/snapshots/[0-9a-f]{4
 
 def _front_matter(readme: Path) -> dict[str, Any]:
     try:
-        text = readme.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
+        text = read_limited_text(readme)
+    except (OSError, UnicodeDecodeError, DraftFormatError):
         return {}
     if not text.startswith("---"):
         return {}
     end = text.find("\n---", 3)
     if end < 0:
         return {}
-    import yaml
-
     try:
-        data = yaml.safe_load(text[3:end])
-    except yaml.YAMLError:
+        data = load_yaml_text(text[3:end], readme)
+    except DraftFormatError:      # not YAML, or what the limited reader refuses (aliases, too deep, too large)
         return {}
     return data if isinstance(data, dict) else {}
 
@@ -37,8 +37,8 @@ def source_card_info(folder: str | Path) -> dict[str, str]:
     found = {k: v for k, v in _front_matter(folder / "README.md").items() if k in LICENSE_KEYS and isinstance(v, str)}
     if "license" not in found:
         try:
-            config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            config = load_json_file(folder / "config.json")
+        except (OSError, DraftFormatError):
             config = {}
         if isinstance(config, dict) and isinstance(config.get("license"), str):
             found["license"] = config["license"]

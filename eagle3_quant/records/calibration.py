@@ -38,9 +38,11 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from eagle3_quant.errors import DraftFormatError
-from eagle3_quant.reading.limits import read_limited_text, refuse_constant
-from eagle3_quant.records.calibration_index import check_finite_states, check_shards, shard_path
+from eagle3_quant.errors import CheckpointFileError, DraftFormatError
+from eagle3_quant.reading.limits import load_json_file
+from eagle3_quant.reading.safetensors_header import SafetensorsHeader, read_header
+from eagle3_quant.records.calibration_index import check_shards, shard_path
+from eagle3_quant.records.sample_limits import check_declared_bytes, check_finite, header_bytes
 from eagle3_quant.util.hashing import sha256_file
 
 CALIB_FORMAT = "eagle3-quant-calibration"
@@ -92,7 +94,7 @@ class CalibrationSample:
             problems.append(f"generated_from {self.generated_from} outside 1..{t}")
         if problems:
             raise DraftFormatError("; ".join(problems), path=where)
-        check_finite_states(self.aux_hidden_states, where)
+        check_finite({"aux_hidden_states": self.aux_hidden_states}, where)
 
 
 @dataclass(frozen=True)
@@ -127,25 +129,36 @@ class CalibrationSet:
     def num_tokens(self) -> int:
         return sum(s["tokens"] for s in self.shards)
 
-    def _open_shards(self) -> Iterator[tuple[Path, object, dict]]:
+    def _open_shards(self) -> Iterator[tuple[Path, object, dict, SafetensorsHeader]]:
+        """Each shard open, with its header read and checked against the file (what each sample declares)."""
         for shard in self.shards:
             file = shard_path(self.path, shard["file"], self.path / INDEX_NAME)
             try:
+                header = read_header(file)
                 fh = safe_open(str(file), framework="pt")
+            except CheckpointFileError as exc:
+                raise DraftFormatError(f"cannot read this calibration shard: {exc.message}", path=file,
+                                       tensor=exc.tensor) from None
             except Exception as exc:   # safetensors' own error types: truncated, malformed header, missing
                 raise DraftFormatError(f"cannot read this calibration shard: {_first_line(exc)}", path=file) from exc
-            yield file, fh, shard
+            yield file, fh, shard, header
+
+    @staticmethod
+    def _read(fh, header: SafetensorsHeader, keys: tuple[str, ...], file: Path, i: int) -> list[torch.Tensor]:
+        """Sample i's tensors `keys`, read once their declared size is known to fit (`sample_limits`)."""
+        check_declared_bytes(header_bytes(header, keys), f"{file} sample {i}")
+        try:
+            return [fh.get_tensor(key) for key in keys]
+        except Exception as exc:
+            raise DraftFormatError(f"cannot read sample {i}: {_first_line(exc)}", path=file) from exc
 
     def check_token_ids(self, vocab_size: int, reader: str) -> None:
         """Every input and next-token id inside [0, vocab_size): the ids alone are read (the states are not).
         `reader` says whose embedding the ids index, for the error line."""
-        for file, fh, shard in self._open_shards():
+        for file, fh, shard, header in self._open_shards():
             for i in shard["samples"]:
-                for key in (f"input_ids.{i}", f"target_next_ids.{i}"):
-                    try:
-                        ids = fh.get_tensor(key)
-                    except Exception as exc:
-                        raise DraftFormatError(f"cannot read sample {i}: {_first_line(exc)}", path=file) from exc
+                keys = (f"input_ids.{i}", f"target_next_ids.{i}")
+                for key, ids in zip(keys, self._read(fh, header, keys, file, i), strict=True):
                     if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab_size):
                         bad = int(ids.max()) if int(ids.max()) >= vocab_size else int(ids.min())
                         raise DraftFormatError(
@@ -155,14 +168,11 @@ class CalibrationSet:
 
     def samples(self) -> Iterator[CalibrationSample]:
         """Each sample as stored; a shard that cannot be read or a non-finite state raises DraftFormatError."""
-        for file, fh, shard in self._open_shards():
+        for file, fh, shard, header in self._open_shards():
             for i, generated_from in zip(shard["samples"], shard["generated_from"], strict=True):
-                try:
-                    sample = CalibrationSample(fh.get_tensor(f"input_ids.{i}"), fh.get_tensor(f"aux_hidden_states.{i}"),
-                                               fh.get_tensor(f"target_next_ids.{i}"), generated_from)
-                except Exception as exc:
-                    raise DraftFormatError(f"cannot read sample {i}: {_first_line(exc)}", path=file) from exc
-                check_finite_states(sample.aux_hidden_states, f"{file} sample {i}")
+                keys = (f"input_ids.{i}", f"aux_hidden_states.{i}", f"target_next_ids.{i}")
+                sample = CalibrationSample(*self._read(fh, header, keys, file, i), generated_from)
+                check_finite({"aux_hidden_states": sample.aux_hidden_states}, f"{file} sample {i}")
                 yield self._viewed(sample)
 
     def _viewed(self, sample: CalibrationSample) -> CalibrationSample:
@@ -179,9 +189,11 @@ def load_calibration(path: str | Path, *, allow_partial: bool = False) -> Calibr
     path = Path(path)
     index_path = path / INDEX_NAME
     try:
-        index = json.loads(read_limited_text(index_path), parse_constant=refuse_constant)
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise DraftFormatError(f"not a calibration set ({exc})", path=index_path) from exc
+        index = load_json_file(index_path)
+    except OSError as exc:
+        raise DraftFormatError(f"not a calibration set ({exc.strerror or exc})", path=index_path) from exc
+    except DraftFormatError as exc:       # invalid JSON, NaN/Infinity, too large or too deep
+        raise DraftFormatError(f"not a calibration set ({exc.message})", path=index_path, field=exc.field) from None
     if not isinstance(index, dict) or index.get("format") != CALIB_FORMAT or index.get("version") != CALIB_VERSION:
         raise DraftFormatError(f"expected format {CALIB_FORMAT!r} version {CALIB_VERSION}", path=index_path,
                                field="format")
@@ -228,7 +240,7 @@ class CalibrationWriter:
         return shards
 
     def add(self, sample: CalibrationSample) -> None:
-        check_finite_states(sample.aux_hidden_states, f"{self.path} sample {self.count}")
+        check_finite({"aux_hidden_states": sample.aux_hidden_states}, f"{self.path} sample {self.count}")
         self._pending.append((self.count, sample))
         self._pending_bytes += sum(t.numel() * t.element_size() for t in
                                    (sample.input_ids, sample.aux_hidden_states, sample.target_next_ids))

@@ -1,11 +1,9 @@
-"""A calibration set's index and samples as read back: every shard path inside the set's folder, every field of
-the declared type, every state finite. Checked before any shard is opened; errors name the index or shard."""
+"""A calibration set's index as read back: every shard path inside the set's folder, every field of the declared
+type. Checked before any shard is opened; errors name the index or shard (samples: `sample_limits.py`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-
-import torch
 
 from eagle3_quant.errors import DraftFormatError
 
@@ -51,13 +49,3 @@ def check_shards(folder: Path, shards: object, index_path: Path) -> tuple[dict, 
         if not _is_int(shard.get("tokens")) or shard["tokens"] < 0:
             raise DraftFormatError(f"{where}.tokens is not a token count", path=index_path, field=f"{where}.tokens")
     return tuple(shards)
-
-
-def check_finite_states(states: torch.Tensor, where: str) -> None:
-    """NaN/Inf hidden states would give NaN scales and NaN sensitivity tables: refused, naming the sample."""
-    if states.dtype.is_floating_point and states.numel():
-        low, high = torch.aminmax(states.detach())
-        if not (bool(torch.isfinite(low)) and bool(torch.isfinite(high))):
-            count = int((~torch.isfinite(states)).sum())
-            raise DraftFormatError(f"aux_hidden_states hold {count} NaN/Inf value(s); expected finite states",
-                                   path=where, field="aux_hidden_states")

@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from eagle3_quant.errors import ManifestError
+from eagle3_quant.reading.limits import load_json_file
 from eagle3_quant.reading.source import REPO_ID
 
 LOCAL_RECORD = ".eagle3_quant.local.json"
@@ -76,8 +78,8 @@ def write_local_record(out: Path, source_path: Path) -> None:
 def recorded_source_path(out: Path) -> Path | None:
     """The absolute source folder recorded at quantization (None when unknown or unreadable)."""
     try:
-        data = json.loads((out / LOCAL_RECORD).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
+        data = load_json_file(out / LOCAL_RECORD, ManifestError)
+    except (OSError, ManifestError):
         return None
     value = data.get("source_path") if isinstance(data, dict) else None
     return Path(value) if isinstance(value, str) and Path(value).is_absolute() else None

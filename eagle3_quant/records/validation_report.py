@@ -55,6 +55,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from eagle3_quant.errors import BenchRecordError, ValidationRecordError
+from eagle3_quant.reading.limits import load_json_file
 from eagle3_quant.records.bench_run import EngineRun, measured_bench
 from eagle3_quant.records.validation_metrics import (  # noqa: F401 - this file's record, owned here
     PredictionNumerics,
@@ -181,8 +182,8 @@ def write_report(path: Path, data: dict[str, Any]) -> Path:
 
 def _read_json(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        data = load_json_file(path, ValidationRecordError)
+    except (OSError, ValidationRecordError):
         return {}
     return data if isinstance(data, dict) else {}
 
@@ -211,9 +212,11 @@ def read_validation(out: str | Path, artifact: Mapping[str, str] | None = None) 
     if not path.is_file():
         return ValidationSummary(path, "missing", "no validation report")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        return ValidationSummary(path, "unreadable", f"validation report is not valid JSON ({exc})")
+        data = load_json_file(path, ValidationRecordError)
+    except OSError as exc:
+        return ValidationSummary(path, "unreadable", f"validation report cannot be read ({exc.strerror or exc})")
+    except ValidationRecordError as exc:
+        return ValidationSummary(path, "unreadable", f"validation report {exc.message}")
     if not isinstance(data, dict):
         return ValidationSummary(path, "unreadable", "validation report is not a JSON object")
     if data.get("report_version") != REPORT_VERSION:

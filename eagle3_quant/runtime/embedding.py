@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
 from safetensors import safe_open
 
 from eagle3_quant.errors import DraftFormatError
-from eagle3_quant.reading.checkpoint import read_checkpoint
+from eagle3_quant.reading.checkpoint import read_checkpoint, read_weight_map
 from eagle3_quant.reading.hub_errors import hub_failure
 from eagle3_quant.reading.hub_reach import reach_hub
+from eagle3_quant.reading.limits import load_json_file
 from eagle3_quant.reading.repo_ids import is_repo_id
 
 EMBEDDING_SUFFIX = "embed_tokens.weight"
@@ -62,7 +62,7 @@ def _fetch_embedding_shard(repo_id: str, revision: str | None) -> tuple[Path, st
             with safe_open(str(path), framework="pt") as fh:
                 return path, _pick(list(fh.keys()), path)
         index_path = Path(hf_hub_download(repo_id, index, revision=revision))
-        weight_map = json.loads(index_path.read_text())["weight_map"]
+        weight_map = read_weight_map(index_path)
         name = _pick(list(weight_map), index_path)
         return Path(hf_hub_download(repo_id, weight_map[name], revision=revision)), name
     except (RepositoryNotFoundError, LocalEntryNotFoundError, HfHubHTTPError, OSError, StopIteration,
@@ -97,7 +97,7 @@ def _local_lm_head(folder: Path) -> torch.Tensor:
     name = _lm_head_name(list(checkpoint.tensors))
     if name is None:
         config = folder / "config.json"
-        if not _tied(json.loads(config.read_text()) if config.is_file() else None):
+        if not _tied(load_json_file(config) if config.is_file() else None):
             raise DraftFormatError(NO_LM_HEAD, path=folder, tensor="lm_head.weight")
         name = _pick(list(checkpoint.tensors), folder)
     with safe_open(str(checkpoint.tensors[name].file), framework="pt") as fh:
