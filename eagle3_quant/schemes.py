@@ -147,6 +147,12 @@ def get_scheme(name: str) -> Scheme:
                           field="scheme") from None
 
 
+def scheme_label(name: str | None) -> str:
+    """What a table calls a linear quantized with scheme `name` (None or unknown: the default scheme's): its weight
+    element as `describe` names it, "FP8 E4M3", "MXFP4 E2M1"; a new scheme's label comes from its own spec."""
+    return SCHEMES.get(name or DEFAULT_SCHEME, SCHEMES[DEFAULT_SCHEME]).weight.describe().partition(" per")[0]
+
+
 ENGINES = ("vllm", "sglang")
 AUTO_ENGINE = "auto"                      # the engines that can serve the draft and scheme (engines/choice.py)
 SERVING_CHOICES = (AUTO_ENGINE, "both", *ENGINES)      # what --engine accepts

@@ -260,3 +260,4 @@ def test_validate_reads_mx_artifacts(mx_runs, scheme):
          "weight_sqnr"), "passed"), [(c.name, c.detail) for c in report.checks]
     sqnr = report.layers if hasattr(report, "layers") else None
     assert sqnr is None or all(15 < row["sqnr_db"] < 25 for row in sqnr)    # MXFP4: ~18-20 dB on these weights
+    assert report.label == "MXFP4 E2M1" and "exactly the MXFP4 E2M1 linears" in report.check("loader_compat").detail

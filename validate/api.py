@@ -13,8 +13,10 @@ from eagle3_quant.reading.draft import DraftCheckpoint
 from eagle3_quant.reading.layout import EMBEDDING_NAMES
 from eagle3_quant.records.artifact import QuantizedArtifact, open_artifact, read_reference
 from eagle3_quant.records.calibration import CalibrationSet, load_calibration
+from eagle3_quant.records.manifest import MANIFEST_NAME
 from eagle3_quant.records.public_names import public_name
 from eagle3_quant.records.validation_report import ValidationMetrics
+from eagle3_quant.schemes import scheme_label
 from eagle3_quant.taps.calibration_view import target_depth
 from eagle3_quant.taps.summary import taps_metrics
 from eagle3_quant.util.formatting import interval
@@ -146,6 +148,22 @@ def _vllm_load(out: Path, view: CalibrationSet | None, unreadable: bool, enabled
                                                 num_target_layers=layers))
 
 
+def _check_owned(artifact: QuantizedArtifact, report: Path | None) -> None:
+    """validate writes only into what it owns: a folder without quantized weights (a BF16 draft) is refused, and one
+    without this tool's manifest (someone else's quantized draft) unless its report goes elsewhere (--report)."""
+    out = artifact.path
+    if artifact.manifest is not None:
+        return
+    if not artifact.files.fp8_modules and not artifact.files.quant_config:
+        raise DraftFormatError(f"holds no quantized weights and no {MANIFEST_NAME}: a BF16 draft, not an artifact",
+                               path=out, hint="validate what `eagle3-quant quantize` writes from it, with this "
+                                              "folder as --reference")
+    if report is None or Path(report).expanduser().resolve().is_relative_to(out):
+        raise DraftFormatError(f"has no {MANIFEST_NAME}: not an artifact eagle3-quant wrote, and validate writes into "
+                               "its own artifacts only", path=out,
+                               hint="pass --report PATH to validate it without writing into it")
+
+
 def _target_precision(cal: CalibrationSet) -> dict:
     """The calibration set's target precision when it was a quantized target (`calibrate` records it)."""
     precision = (cal.info.extra or {}).get("target_precision")
@@ -174,8 +192,10 @@ def validate_draft(out: str | Path, options: ValidateOptions | None = None, *,
     if artifact.manifest_error is not None:   # a manifest present must be well-formed, its paths inside OUT
         bad = artifact.manifest_error
         raise DraftFormatError(bad.message, path=bad.path, tensor=bad.tensor, field=bad.field, hint=bad.hint)
+    _check_owned(artifact, report)
     art = artifact.files
-    gates, gate_source = gates.resolve(artifact_scheme(artifact.manifest, art.quant_config))
+    scheme = artifact_scheme(artifact.manifest, art.quant_config)
+    gates, gate_source = gates.resolve(scheme)
     validated_files = artifact.artifact_files
     ref = reference_checkpoint or read_reference(reference, artifact)
     cal = load_calibration(calib) if calib is not None else None
@@ -185,7 +205,7 @@ def validate_draft(out: str | Path, options: ValidateOptions | None = None, *,
         _check_calibration(cal, art)
         view = served_view(cal, art.config, depth_known)
 
-    checks = structure_checks(artifact, ref)
+    checks = structure_checks(artifact, ref, scheme_label(scheme))
     sqnr_check, layers = _sqnr(artifact, ref, gates)
     checks.append(sqnr_check)
     fidelity_checks, metrics, taps_rows = _fidelity(art, ref, cal, target, gates, k, device, max_samples, view,
@@ -212,7 +232,7 @@ def validate_draft(out: str | Path, options: ValidateOptions | None = None, *,
     result = ValidationReport(out, ref.path if ref is not None else None, calibration, gates, tuple(checks),
                               ValidationMetrics.read(json_safe(metrics)), tuple(layers), kernel_result,
                               artifact_files=validated_files,
-                              gate_source=gate_source)
+                              gate_source=gate_source, label=scheme_label(scheme))
     report_path = report if report is not None else out / REPORT_NAME
     result.write(report_path)
     return dataclasses.replace(result, report_path=report_path)

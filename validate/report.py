@@ -16,6 +16,7 @@ from eagle3_quant.errors import OptionsError
 from eagle3_quant.records.manifest import library_versions
 from eagle3_quant.records.validation_report import REPORT_NAME, REPORT_VERSION, ValidationMetrics, write_report
 from eagle3_quant.scheme_gates import GATE_NAMES, gates_for_scheme
+from eagle3_quant.schemes import scheme_label
 from eagle3_quant.util.json_values import json_safe
 
 __all__ = ["REPORT_NAME", "REPORT_VERSION", "json_safe"]
@@ -114,6 +115,7 @@ class ValidationReport:
     report_path: Path | None = None
     artifact_files: dict[str, str] = field(default_factory=dict)   # path -> sha256 of what was validated
     gate_source: dict[str, str] = field(default_factory=dict)      # gate -> "set" or "default for SCHEME"
+    label: str = field(default_factory=lambda: scheme_label(None))  # the artifact's linears in tables: "MXFP4 E2M1"
 
     @property
     def passed(self) -> bool:

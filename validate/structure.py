@@ -195,14 +195,15 @@ def check_config(artifact: QuantizedArtifact, reference: DraftCheckpoint | None)
                   + (" and every other key with the reference" if reference is not None else ""))
 
 
-def check_loader(art: Fp8Artifact) -> Check:
+def check_loader(art: Fp8Artifact, label: str) -> Check:
+    """vLLM's Quark rules replayed on the config; `label` names the artifact's quantized linears (scheme_label)."""
     if not art.quant_config:
-        return failed("loader_compat", "no quantization_config: vLLM would load the FP8 weights as BF16")
+        return failed("loader_compat", f"no quantization_config: vLLM would load the {label} weights as BF16")
     on_disk = {lin.role: lin.module in art.fp8_modules for lin in art.layout.linears}
     result = check_loader_compat(art.quant_config, on_disk, **loader_family(art.config))
     if not result.ok:
         return failed("loader_compat", _listed(result.problems))
-    return passed("loader_compat", f"vLLM's Quark loader would quantize exactly the FP8 linears at target depths "
+    return passed("loader_compat", f"vLLM's Quark loader would quantize exactly the {label} linears at target depths "
                                    f"{', '.join(map(str, result.depths))}")
 
 
@@ -218,7 +219,7 @@ def check_manifest(artifact: QuantizedArtifact) -> Check:
     return passed("manifest", f"{len(manifest.outputs)} files match the sha256 recorded at export")
 
 
-def structure_checks(artifact: QuantizedArtifact, reference: DraftCheckpoint | None) -> list[Check]:
+def structure_checks(artifact: QuantizedArtifact, reference: DraftCheckpoint | None, label: str) -> list[Check]:
     art = artifact.files
     return [check_fp8_weights(art), check_finite(art), check_unchanged(artifact, reference),
-            check_config(artifact, reference), check_loader(art), check_manifest(artifact)]
+            check_config(artifact, reference), check_loader(art, label), check_manifest(artifact)]

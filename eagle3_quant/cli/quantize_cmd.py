@@ -13,7 +13,7 @@ from eagle3_quant.options import default_of as default
 from eagle3_quant.quantize.options import AUTO_SCHEME, ENGINES
 from eagle3_quant.quantize.options import QuantizeOptions as Q
 from eagle3_quant.records.serve_taps import SERVE_TAPS
-from eagle3_quant.schemes import ELEMENT_DTYPES, SCHEMES
+from eagle3_quant.schemes import SCHEMES, scheme_label
 
 SchemeName = Enum("SchemeName", {name: name for name in (*SCHEMES, AUTO_SCHEME)}, type=str)
 PlainScheme = Enum("PlainScheme", {name: name for name in SCHEMES}, type=str)    # one scheme, no `auto` ladder
@@ -65,7 +65,7 @@ def quantize_command(
         from eagle3_quant.cli.render_auto import print_auto_choice
 
         print_auto_choice(result.manifest.auto_choice)
-    print_loader_check(result.loader_check)
+    print_loader_check(result.loader_check, scheme_label(result.plan.scheme.name))
     if result.manifest.serve_taps is not None:
         from eagle3_quant.cli.render_taps import print_serve_taps
 
@@ -73,7 +73,7 @@ def quantize_command(
     outputs = result.manifest.outputs
     console.print(f"wrote {result.output} in {result.seconds:.1f} s: {len(outputs)} files, "
                   f"{human_bytes(sum(o.size for o in outputs))}; "
-                  f"{len(result.plan.quantized)} linears {ELEMENT_DTYPES[result.plan.scheme.weight.dtype][0]} "
+                  f"{len(result.plan.quantized)} linears {scheme_label(result.plan.scheme.name)} "
                   f"({result.plan.scheme.name}), "
                   f"{len(result.plan.excluded)} kept BF16; manifest {result.manifest_path.name}")
     console.print(f"for {result.plan.engines.describe()}", markup=False)

@@ -7,6 +7,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from eagle3_quant.records.validation_report import prediction_text
+from eagle3_quant.schemes import scheme_label
 from eagle3_quant.util.formatting import human_bytes
 
 console = Console(highlight=False)
@@ -43,13 +44,15 @@ def print_inspection(report) -> None:
     table = Table(title="linears")
     for col in ("module", "shape", "dtype", "action", "why"):
         table.add_column(col)
+    label = scheme_label(report.scheme)
     for row in report.linears:
         table.add_row(row.module, "x".join(map(str, row.shape)), row.dtype,
-                      "[green]FP8[/]" if row.quantize else "BF16 (kept)", row.reason)
+                      f"[green]{label}[/]" if row.quantize else "BF16 (kept)", row.reason)
     console.print(table)
 
 
-def print_loader_check(check, depth: int | None = None) -> None:
+def print_loader_check(check, label: str, depth: int | None = None) -> None:
+    """vLLM's loading rules replayed: per runtime layer, what vLLM loads (`label`, the scheme's, or BF16)."""
     depth = depth if depth is not None else check.depths[-2 if len(check.depths) > 1 else 0]
     table = Table(title=f"vLLM loader check (rules replayed for target depths {', '.join(map(str, check.depths))}; "
                         f"names shown for T={depth})")
@@ -58,8 +61,8 @@ def print_loader_check(check, depth: int | None = None) -> None:
     for layer in check.layers:
         if layer.depth != depth:
             continue
-        loads = "refuses" if layer.quantized is None else ("FP8" if layer.quantized else "BF16")
-        intended = "-" if layer.intended is None else ("FP8" if layer.intended else "BF16")
+        loads = "refuses" if layer.quantized is None else (label if layer.quantized else "BF16")
+        intended = "-" if layer.intended is None else (label if layer.intended else "BF16")
         table.add_row(layer.runtime_name, loads, layer.scheme or "-", intended,
                       "[green]yes[/]" if layer.ok else f"[red]NO[/] {layer.problem}")
     console.print(table)
@@ -75,8 +78,9 @@ def print_sensitivity(report) -> None:
                 "target agreement"):
         table.add_column(col, justify="right" if col not in ("layer group", "default plan") else "left")
     rows = [(str(i), g) for i, g in enumerate(report.groups, 1)] + [("all", report.default_plan)]
+    label = scheme_label(report.scheme)
     for rank, g in rows:
-        table.add_row(rank, g.group, "FP8" if g.default_quantized else "BF16", f"{1 - g.disagreement:.2%}",
+        table.add_row(rank, g.group, label if g.default_quantized else "BF16", f"{1 - g.disagreement:.2%}",
                       f"{g.disagreement:.2%}", f"{g.kl:.3g}",
                       f"{g.target_agreement:.2%} ({g.target_agreement - report.baseline_target_agreement:+.2%})")
     console.print(table)

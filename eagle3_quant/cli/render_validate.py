@@ -52,7 +52,7 @@ def print_validation(report) -> None:
     m = report.metrics
     if m.acceptance_length_bf16 is not None:
         metrics = Table(title=f"fidelity on calibration data (k={m.k}, {m.drafts} chains, {m.positions} positions)")
-        for col in ("metric", "BF16", "FP8", "FP8 / BF16"):
+        for col in ("metric", "BF16", report.label, f"{report.label} / BF16"):
             metrics.add_column(col)
         interval = m.acceptance_ratio_interval
         ratio = _fmt(m.acceptance_ratio) + (f" [{_fmt(interval)}]" if interval else "")
@@ -72,7 +72,7 @@ def print_validation(report) -> None:
         if m.prediction:
             console.print(f"predicted with {m.prediction_text} ({m.prediction.dtype_reason}) on {m.device}")
     if report.layers:
-        layers = Table(title="weight SQNR (dequantized FP8 vs BF16)")
+        layers = Table(title=f"weight SQNR (dequantized {report.label} vs BF16)")
         for col in ("module", "shape", "SQNR dB"):
             layers.add_column(col)
         for layer in report.layers:
