@@ -11,7 +11,7 @@ VLLM_STAMP := $(VENV)/.eagle3-quant-vllm-installed
 DEMO_DIR ?= demo-out
 
 .PHONY: setup setup-vllm setup-sglang setup-engine real-pair test test-fast lint demo bench bench-vllm bench-engine \
-	bench-real bench-targets bench-predictions gpu-check test-oldest clean
+	bench-real bench-targets bench-predictions bench-split gpu-check test-oldest clean
 
 setup: $(STAMP)
 
@@ -127,6 +127,11 @@ bench-vllm: setup setup-vllm
 # `eagle3-quant bench` on the tiny pair in vLLM's real engine (minutes on 2 cores; docs/bench.md)
 bench-engine: setup setup-engine
 	$(BIN)/python -m benchmarks.engine_bench
+
+# the real pair's target split across vLLM processes: calibrate at tensor parallel 3 against 1, and the layouts vLLM
+# refuses before anything loads (docs/bench.md)
+bench-split: setup setup-engine real-pair
+	$(BIN)/python -m benchmarks.studies.split_target
 
 # `eagle3-quant bench` of every scheme and option on the real pair in vLLM's engine (docs/bench.md's real-pair table)
 bench-real: setup setup-engine real-pair

@@ -15,7 +15,13 @@ from eagle3_quant.calib.result import DTYPE_BYTES, CalibrationResult, estimate_b
 from eagle3_quant.calib.staging import ResumableOutput, check_inputs_apart, finished_set
 from eagle3_quant.calib.target import check_servable, check_target, load_tokenizer, read_target
 from eagle3_quant.calib.transformers_capture import capture_with_transformers
-from eagle3_quant.calib.vllm_capture import capture_with_vllm, export_dir, find_vllm, with_engine
+from eagle3_quant.calib.vllm_capture import (
+    capture_with_vllm,
+    check_engine_layout,
+    export_dir,
+    find_vllm,
+    with_engine,
+)
 from eagle3_quant.options import build_options
 from eagle3_quant.reading.draft import read_draft
 from eagle3_quant.reading.target_precision import TargetPrecision
@@ -53,6 +59,8 @@ def calibrate_target(target: str | Path, draft: str | Path, data: str | Path, ou
     check_servable(spec, engine.info if engine else None)
     if engine:           # before the engine starts: what `bench` checks too (the taps were checked just above)
         tokenizer = engine_preflight(out, spec, {}, trust_remote_code=opts.trust_remote_code)
+        check_engine_layout(engine, spec, plan.indices, spec.dtype if opts.dtype == "auto" else opts.dtype, opts,
+                            out)
     else:
         tokenizer = load_tokenizer(spec, opts.trust_remote_code)
         check_writable(out)
@@ -62,7 +70,7 @@ def calibrate_target(target: str | Path, draft: str | Path, data: str | Path, ou
     dtype = spec.dtype if opts.dtype == "auto" else opts.dtype
     info = _info(spec.name, draft_ckpt.source.describe(), plan, spec.hidden_size, dtype, prompt_spec,
                  prompts.column.name, prompts.fingerprint(), spec.precision)
-    info = with_engine(info, engine) if engine else info
+    info = with_engine(info, engine, opts.layout()) if engine else info
 
     done = finished_set(out, info, force)
     if done is not None:

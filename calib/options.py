@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from eagle3_quant.calib.backends import DEFAULT_BACKEND, check_backend_options
 from eagle3_quant.calib.dump_formats import DumpFormat
 from eagle3_quant.calib.target import DTYPE_NAMES
+from eagle3_quant.engine_layout import EngineLayout
 from eagle3_quant.errors import CalibrationDataError
 from eagle3_quant.options import check_device, check_positive, option
 from eagle3_quant.reading.target_precision import ONLINE_METHODS
@@ -33,7 +34,9 @@ def _check_taps(tap_convention: str, aux_layer_ids, engine: str | None) -> tuple
 
 
 @dataclass(frozen=True)
-class CalibrationOptions:
+class CalibrationOptions(EngineLayout):
+    """The layout fields (`EngineLayout`) apply with the vllm backend only."""
+
     num_samples: int = option(128, "Prompts to capture (fewer when the dataset runs out).")
     seq_len: int = option(2048, "Tokens per sample at most (prompt + generated).")
     seed: int = option(0, "Seed of the prompt order.")
@@ -56,14 +59,7 @@ class CalibrationOptions:
                                            "engine in its own Python, batched; its hidden-state export).")
     engine_python: str | None = option(None, "vllm backend: the Python of the vLLM environment (default: "
                                              "EAGLE3_QUANT_ENGINE_PYTHON, else .venv-engine).", pipeline=False)
-    tensor_parallel_size: int = option(1, "vllm backend: vLLM's tensor-parallel size (GPUs per pipeline stage).")
-    pipeline_parallel_size: int = option(1, "vllm backend: vLLM's pipeline-parallel size.")
-    enable_expert_parallel: bool = option(False, "vllm backend: vLLM's expert parallelism for MoE layers.")
-    max_model_len: int | None = option(None, "vllm backend: vLLM's context length (default: the longest sample "
-                                             "+ 1).")
     max_num_seqs: int | None = option(None, "vllm backend: sequences vLLM runs at once (default: vLLM's).")
-    engine_args: dict | None = option(None, "vllm backend: more vllm.LLM keyword arguments, e.g. "
-                                            "{\"gpu_memory_utilization\": 0.85}.")
     target_quantization: str | None = option(None, "vllm backend: serve a BF16 target quantized by vLLM at load "
                                                    "(vLLM's --quantization, e.g. fp8), the target as it is served.",
                                              pipeline=False)
@@ -82,6 +78,7 @@ class CalibrationOptions:
     shard_bytes: int = option(1 << 30, "Bytes per shard file at most.", pipeline=False)
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         for name in ("num_samples", "seq_len", "shard_samples", "shard_bytes"):
             if getattr(self, name) < 1:
                 raise CalibrationDataError(f"must be at least 1, got {getattr(self, name)}", field=name)

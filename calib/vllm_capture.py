@@ -30,6 +30,8 @@ from pathlib import Path
 import torch
 
 from eagle3_quant.calib.engine_dump import read_engine_record
+from eagle3_quant.engine_layout import EngineLayout
+from eagle3_quant.engines.changes import change_lines
 from eagle3_quant.engines.environment import (
     VLLM_CHILDREN,
     EngineInfo,
@@ -38,6 +40,7 @@ from eagle3_quant.engines.environment import (
     find_engine_python,
     probe_engine,
 )
+from eagle3_quant.engines.layout_check import LayoutRun, check_layout
 from eagle3_quant.engines.runner import ChildCommand, run_child
 from eagle3_quant.errors import CalibrationDataError, EngineError
 from eagle3_quant.records.calibration import STATE_DTYPES, CalibrationInfo, CalibrationSample
@@ -53,9 +56,11 @@ class VllmEngine:
     python: EnginePython
     info: EngineInfo
 
-    def extra(self) -> dict:
-        """What the set records about the run (a resume on another engine version is refused as other options)."""
-        return {"capture_backend": "vllm", "capture_engine": f"{self.info.distribution} {self.info.version}"}
+    def extra(self, layout: EngineLayout) -> dict:
+        """What the set records about the run (a resume on another engine version or layout is refused as other
+        options)."""
+        return {"capture_backend": "vllm", "capture_engine": f"{self.info.distribution} {self.info.version}",
+                "engine_layout": layout.to_dict()}
 
 
 def find_vllm(engine_python: str | None) -> VllmEngine:
@@ -65,8 +70,8 @@ def find_vllm(engine_python: str | None) -> VllmEngine:
     return VllmEngine(python, probe_engine(python))
 
 
-def with_engine(info: CalibrationInfo, engine: VllmEngine) -> CalibrationInfo:
-    return dataclasses.replace(info, extra={**info.extra, **engine.extra()})
+def with_engine(info: CalibrationInfo, engine: VllmEngine, layout: EngineLayout) -> CalibrationInfo:
+    return dataclasses.replace(info, extra={**info.extra, **engine.extra(layout)})
 
 
 def export_dir(out: Path) -> Path:
@@ -108,6 +113,34 @@ def capture_with_vllm(engine: VllmEngine, out: Path, spec, taps: tuple[int, ...]
     return len(samples), tokens, seconds, generated, 0
 
 
+CALIBRATE_WAY_OUT = ("tensor or expert parallelism instead (--tensor-parallel-size, --enable-expert-parallel), or "
+                     "capture the states elsewhere and import them with calibrate --from-dump")
+
+
+def engine_request(engine: VllmEngine, spec, taps: tuple[int, ...], dtype: str, opts, prompts: dict[int, tuple],
+                   max_model_len: int, folder: Path) -> dict:
+    """The export child's request: vLLM's arguments (the layout among them) and the CPU build's changes."""
+    kwargs = {"max_model_len": max_model_len, "seed": 0, "trust_remote_code": opts.trust_remote_code,
+              **({"max_num_seqs": opts.max_num_seqs} if opts.max_num_seqs else {}),
+              **({"enforce_eager": True} if engine.info.cpu else {}),      # what was measured on the CPU build
+              **({"quantization": opts.target_quantization} if opts.target_quantization else {}),
+              **opts.layout().llm_kwargs()}
+    changes = ["synchronous_write"]               # acts only where the platform has no pinned memory
+    if engine.info.cpu:
+        changes += ["static_fp8_ops", "fast_scaled_mm", *(["mx_emulation"] if spec.precision.mx else [])]
+    return {"target": spec.name, "dtype": dtype, "layer_ids": list(taps), "samples": list(prompts),
+            "prompts": [list(p) for p in prompts.values()], "max_tokens": opts.generate_tokens + 1,
+            "dump": str(folder), "engine": kwargs, "changes": changes}
+
+
+def check_engine_layout(engine: VllmEngine, spec, taps: tuple[int, ...], dtype: str, opts, out: Path) -> None:
+    """The layout refused before the dataset is read and before the target loads, when vLLM would refuse it."""
+    request = engine_request(engine, spec, taps, dtype, opts, {}, opts.max_model_len or opts.seq_len + 1,
+                             export_dir(out))
+    check_layout(engine.python, engine.info, opts.layout(), [LayoutRun("the target", "export_child", request)],
+                 way_out=CALIBRATE_WAY_OUT if opts.pipeline_parallel_size > 1 else None)
+
+
 def _run_engine(engine: VllmEngine, spec, taps: tuple[int, ...], dtype: str, opts, needed: dict[int, tuple],
                 folder: Path, progress: Progress, advance) -> float:
     longest = max(len(p) for p in needed.values()) + opts.generate_tokens + 1
@@ -115,23 +148,12 @@ def _run_engine(engine: VllmEngine, spec, taps: tuple[int, ...], dtype: str, opt
         raise CalibrationDataError(f"{opts.max_model_len} is shorter than the longest sample: its prompt, "
                                    f"{opts.generate_tokens} generated tokens and one more", field="max_model_len",
                                    hint=f"pass at least {longest}, or a smaller --seq-len")
-    kwargs = {"max_model_len": opts.max_model_len or longest, "tensor_parallel_size": opts.tensor_parallel_size,
-              "pipeline_parallel_size": opts.pipeline_parallel_size, "seed": 0,
-              "trust_remote_code": opts.trust_remote_code,
-              **({"enable_expert_parallel": True} if opts.enable_expert_parallel else {}),
-              **({"max_num_seqs": opts.max_num_seqs} if opts.max_num_seqs else {}),
-              **({"enforce_eager": True} if engine.info.cpu else {}),      # what was measured on the CPU build
-              **({"quantization": opts.target_quantization} if opts.target_quantization else {}),
-              **(opts.engine_args or {})}
-    request = {"target": spec.name, "dtype": dtype, "layer_ids": list(taps), "samples": list(needed),
-               "prompts": [list(p) for p in needed.values()], "max_tokens": opts.generate_tokens + 1,
-               "dump": str(folder), "engine": kwargs, "mx_emulation": spec.precision.mx and engine.info.cpu}
+    request = engine_request(engine, spec, taps, dtype, opts, needed, opts.max_model_len or longest, folder)
     command = ChildCommand(engine.python.path, VLLM_CHILDREN / "export_child.py",
                            name=f"vLLM ({engine.info.distribution} {engine.info.version})",
                            env=engine_env(engine.info), unset=("PYTHONPATH",))
     progress.say(f"{engine.info.describe()}: {len(needed)} prompts in one batch, hidden_states{list(taps)}, "
-                 f"tensor parallel {opts.tensor_parallel_size}, pipeline parallel {opts.pipeline_parallel_size}"
-                 + (", expert parallel" if opts.enable_expert_parallel else ""))
+                 f"{opts.layout().describe()}")
     counter = _Counter(folder, {i: len(p) + opts.generate_tokens for i, p in needed.items()}, advance)
     counter.start()
     try:
@@ -143,13 +165,8 @@ def _run_engine(engine: VllmEngine, spec, taps: tuple[int, ...], dtype: str, opt
         log.write_text(run.stderr_tail + "\n")
         raise EngineError(run.error, hint=f"the engine's last log lines: {log}")
     result = run.checked()
-    for name, why in result.get("workarounds", {}).items():
-        progress.say(f"vLLM workaround {name}: {why}")
-    for op, row in result.get("substituted_ops", {}).items():
-        if row.get("calls"):
-            progress.say(f"substituted {op} ({row['why']}): {row['with']}, called {row['calls']} times")
-    for kernel, row in result.get("registered_kernels", {}).items():
-        progress.say(f"registered {kernel} for vLLM's {row['platform']} platform: {row['why']}")
+    for line in change_lines(result):
+        progress.say(line)
     return float(result["generate_s"])
 
 

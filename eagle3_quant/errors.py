@@ -1,13 +1,23 @@
 """One error root for eagle3-quant.
 
 Every error carries the file, tensor or field it is about, and also inherits the builtin it
-resembles, so callers can catch ``ValueError`` or ``FileExistsError`` as usual. The CLI prints
-``str(error)`` as one line and exits with ``error.exit_code``.
+resembles, so callers can catch ``ValueError`` or ``FileExistsError`` as usual. ``str(error)`` is one line,
+whatever the names in it hold (`one_line`); the CLI prints it and exits with ``error.exit_code``.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+
+# C0 and C1 controls (newline, carriage return, ESC, ...), the Unicode line and paragraph separators and the
+# bidirectional overrides: what would let a value end a line of output, start one of its own or redraw one.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def one_line(text: str) -> str:
+    """TEXT with every control character written as its Python escape (a newline as `\\n`): printed data, one line."""
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
 
 
 class Eagle3QuantError(Exception):
@@ -42,7 +52,7 @@ class Eagle3QuantError(Exception):
         text = (": ".join(where) + ": " if where else "") + self.message
         if self.hint:
             text += f" ({self.hint})"
-        return text
+        return one_line(text)
 
 
 class DraftFormatError(Eagle3QuantError, ValueError):
@@ -157,3 +167,8 @@ class AcceptanceGateError(Eagle3QuantError, RuntimeError):
     """`quantize --scheme auto`: no candidate keeps the acceptance gate (a failed gate: exit 1, nothing written)."""
 
     exit_code = 1
+
+
+class EngineLayoutError(Eagle3QuantError, ValueError):
+    """The serving engine refuses the parallel layout for this target and draft, found by its own code before any
+    weight loads (`eagle3_quant/engines/layout_check.py`)."""

@@ -29,8 +29,9 @@ def engine_rows(run: EngineRun | None) -> list[tuple[str, str]]:
         return [("vLLM engine run", f"{NOT_MEASURED} (run `eagle3-quant bench OUT --target T --prompts P`)")]
     engine, prompts, predicted = run.engine, run.prompts, run.predicted
     guesses = predicted.acceptance_length.to_dict() if predicted else {}
-    rows = [("engine", f"{engine.distribution} {engine.version} on {engine.device}, {engine.dtype}; "
-                       f"{prompts.count} prompts x {prompts.max_tokens} new tokens, k={run.k}, greedy")]
+    rows = [("engine", f"{engine.distribution} {engine.version} on {engine.device}, {engine.dtype}, "
+                       f"{engine.ran.describe()}; {prompts.count} prompts x {prompts.max_tokens} new tokens, "
+                       f"k={run.k}, greedy")]
     if run.target_precision is not None:
         rows.append(("target as served", run.target_precision.describe()))
     for (name, row), label in zip(run.acceptance.items(), ("BF16 draft", "this draft"), strict=True):

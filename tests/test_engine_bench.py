@@ -20,6 +20,7 @@ from engine_env import needs_engine
 from safetensors.torch import load_file, save_file
 from tiny_pair_fixtures import PAIR
 
+from eagle3_quant.bench.stats import paired_ratio
 from eagle3_quant.cli import main
 from eagle3_quant.engines import environment
 
@@ -138,6 +139,33 @@ def test_fp8_gemms_run_through_the_fp32_stand_in_checked_against_torchs_own(ptpc
     assert gemm.calls > 100 and gemm.compared_calls >= 4      # every FP8 linear of the artifact; first calls checked
     assert gemm.max_abs_diff is not None and gemm.max_abs_diff < 1e-2
     assert not result.record.registered_kernels               # PTPC needs no kernel vLLM's CPU list lacks
+
+
+def counts(acceptance) -> list:
+    from eagle3_quant.bench.stats import PromptCounts
+
+    return [PromptCounts(row[0], sum(row[1:]), tuple(row[1:])) for row in acceptance.per_prompt]
+
+
+@needs_engine
+def test_a_target_split_over_two_processes_serves_as_one(ptpc, tmp_path):
+    """`bench --tensor-parallel-size 2`: the target and both drafts split over two vLLM worker processes (the
+    CPU build's changes made in each, through vLLM's plugin entry point). Greedy output with either draft equals
+    the split run's own output without one; the no-draft outputs are those of one process, prompt for prompt; the
+    artifact's acceptance, paired over prompts against the one-process run, holds 1 in its interval; bench.json
+    records the layout. Measured: ratio 1.040 (1.012..1.072) against 1.016 (0.992..1.045) in one process."""
+    artifact, single = ptpc
+    split = bench(copy_artifact(artifact, tmp_path / "ptpc"), predict=False, tensor_parallel_size=2)
+    assert split.report["engine"]["layout"]["tensor_parallel_size"] == 2
+    assert single.report["engine"]["layout"]["tensor_parallel_size"] == 1
+    assert split.lossless and split.record.lossless.drafts.artifact.equal_sequences == NUM_PROMPTS
+    assert split.record.lossless.outputs == single.record.lossless.outputs and len(split.record.lossless.outputs) == \
+        NUM_PROMPTS
+    same_draft = paired_ratio(counts(single.acceptance.artifact), counts(split.acceptance.artifact))
+    assert same_draft.low <= 1.0 <= same_draft.high, same_draft
+    assert single.ratio.low <= split.ratio.ratio <= single.ratio.high
+    scaled_mm = split.record.substituted_ops["torch._scaled_mm"]
+    assert scaled_mm.processes == ("rank 0", "rank 1") and scaled_mm.calls > 0     # in both workers
 
 
 @needs_engine

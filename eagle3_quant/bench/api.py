@@ -42,6 +42,7 @@ from eagle3_quant.engines.environment import (
     find_engine_python,
     probe_engine,
 )
+from eagle3_quant.engines.layout_check import LayoutRun, check_layout
 from eagle3_quant.engines.runner import ChildCommand, ChildRun, run_child
 from eagle3_quant.errors import DraftFormatError, EngineError, OptionsError
 from eagle3_quant.options import build_options
@@ -63,6 +64,7 @@ from eagle3_quant.records.bench_run import (
     SubstitutedOp,
     SweepPoint,
     SweepRate,
+    output_digest,
 )
 from eagle3_quant.records.public_names import public_name
 from eagle3_quant.records.validation_report import record_engine_run
@@ -127,9 +129,18 @@ def engine_refusal(info: EngineInfo, scheme: str | None) -> str | None:
 
 
 def mx_emulation(info: EngineInfo, scheme: str | None) -> bool:
-    """Whether the engine child registers vLLM's MX emulation kernels for the CPU platform (which lists none)."""
+    """Whether the engine child registers vLLM's MX and NVFP4 emulation kernels for the CPU platform (which lists
+    none)."""
     known = SCHEMES.get(scheme) if scheme else None
-    return bool(info.cpu and known is not None and known.mx)
+    return bool(info.cpu and known is not None and (known.mx or known.weight.nvfp4))
+
+
+def cpu_changes(info: EngineInfo, mx: bool) -> list[str]:
+    """The changes an engine child makes to vLLM's CPU build (``engines/vllm/cpu_changes.py``), in every vLLM
+    process: none on a GPU engine; vLLM's MX emulation kernels when the run serves MX weights."""
+    if not info.cpu:
+        return []
+    return ["static_fp8_ops", "fast_scaled_mm", *(["mx_emulation"] if mx else [])]
 
 
 def _command(python: EnginePython, info: EngineInfo) -> ChildCommand:
@@ -138,18 +149,24 @@ def _command(python: EnginePython, info: EngineInfo) -> ChildCommand:
 
 
 def _requests(opts: BenchOptions, target: TargetSpec, drafts: dict[str, Path | None], prompts: list[list[int]],
-              sweep: dict | None, mx: bool, cpu: bool) -> dict[str, dict]:
-    """One engine request per draft; vLLM's MX emulation kernels for an MX artifact's run, and for every run when
-    the target itself is MX (on a CPU engine)."""
-    target_mx = cpu and target.precision.mx
+              sweep: dict | None, mx: bool, info: EngineInfo) -> dict[str, dict]:
+    """One engine request per draft, in the options' parallel layout; vLLM's MX emulation kernels for an MX
+    artifact's run, and for every run when the target itself is MX (on a CPU engine)."""
+    target_mx = info.cpu and target.precision.mx
     longest = max(len(p) for p in prompts) + opts.max_tokens + opts.k + 16
     if sweep:
         longest = max(longest, opts.input_len + opts.output_len + opts.k + 16)
+    if opts.max_model_len is not None and opts.max_model_len < longest:
+        raise OptionsError(f"{opts.max_model_len} is shorter than the longest run: the longest prompt, "
+                           f"{opts.max_tokens} new tokens and the drafts' look-ahead", field="max_model_len",
+                           hint=f"pass at least {longest}, or fewer --max-tokens")
     return {name: {"target": target.name, "draft": str(Path(draft).resolve()) if draft else None, "k": opts.k,
-                   "dtype": opts.dtype, "prompts": prompts, "max_tokens": opts.max_tokens, "max_model_len": longest,
+                   "dtype": opts.dtype, "prompts": prompts, "max_tokens": opts.max_tokens,
+                   "max_model_len": opts.max_model_len or longest,
                    "max_num_seqs": max(opts.max_num_seqs, *opts.concurrency) if sweep else opts.max_num_seqs,
                    "seed": opts.seed, "sweep": sweep, "quantization": opts.target_quantization,
-                   "mx_emulation": (mx and name == "artifact") or target_mx,
+                   "engine": opts.layout().llm_kwargs(),
+                   "changes": cpu_changes(info, (mx and name == "artifact") or target_mx),
                    "top_logits": TOP_LOGITS if draft is None else 0}
             for name, draft in drafts.items()}
 
@@ -249,10 +266,12 @@ def bench_draft(out: str | Path, options: BenchOptions | None = None, *, progres
             drafts[AS_SHIPPED] = reference.path
         command = _command(python, info)
         runs = {}
-        for name, request in _requests(opts, target, drafts, prompts, sweep, mx_emulation(info, scheme),
-                                       info.cpu).items():
+        requests = _requests(opts, target, drafts, prompts, sweep, mx_emulation(info, scheme), info)
+        check_layout(python, info, opts.layout(), [LayoutRun(f"the {name} draft", "serve_child", requests[name])
+                                                   for name in ("reference", "artifact")])
+        for name, request in requests.items():
             progress.say(f"vLLM {info.version} on {info.device}: {len(prompts)} prompts x {opts.max_tokens} "
-                         f"tokens, draft: {name}")
+                         f"tokens, draft: {name}, {opts.layout().describe()}")
             runs[name] = _engine_result(run_child(command, request, opts.timeout_s), command, request, target, sweep,
                                         out.parent / f".{out.name}.bench-{name}.log")
     k = opts.k
@@ -310,16 +329,19 @@ def _record(opts: BenchOptions, info: EngineInfo, target: TargetSpec, reference:
             prompts: list[list[int]], runs: dict[str, dict], acceptance: DraftPair[EngineAcceptance],
             ratio: EngineRatio, same: DraftPair[SequencesMatch], predicted: Prediction | None,
             files: dict[str, str], seconds: float, taps) -> BenchRun:
-    kernels = {kernel: RegisteredKernel(row["kernel_type"], row["platform"], row["why"])
+    kernels = {kernel: RegisteredKernel(row["kernel_type"], row["platform"], row["why"],
+                                        tuple(dict.fromkeys(row.get("processes", ()))))
                for name in runs for kernel, row in runs[name].get("registered_kernels", {}).items()}
     return BenchRun(
         bench_version=BENCH_VERSION, created_at=datetime.now(UTC).isoformat(timespec="seconds"),
         artifact_files=files,
-        engine=EngineRecord(**info.to_dict(), dtype=opts.dtype, device_kind="cpu" if info.cpu else "gpu"),
+        engine=EngineRecord(**info.to_dict(), dtype=opts.dtype, device_kind="cpu" if info.cpu else "gpu",
+                            layout=opts.layout()),
         target=public_name(target.name), reference=public_name(str(reference)),
         prompts=PromptsRecord(prompt_source, len(prompts), opts.max_tokens, sum(len(p) for p in prompts)),
         k=opts.k, sampling="greedy (temperature 0, ignore_eos)", acceptance=acceptance, acceptance_ratio=ratio,
-        lossless=Lossless(all(s.lossless for _, s in same.items()), same), predicted=predicted,
+        lossless=Lossless(all(s.lossless for _, s in same.items()), same,
+                          tuple(output_digest(o) for o in runs["none"]["outputs"])), predicted=predicted,
         speed=speed_section({name: runs[name] for name in DRAFTS}, info.cpu),
         substituted_ops=substituted_ops(runs), registered_kernels=kernels,
         concurrency_sweep=sweep_section(opts, info, runs), wall_s=seconds, serve_taps=taps)
@@ -338,5 +360,6 @@ def substituted_ops(runs: dict[str, dict]) -> dict[str, SubstitutedOp]:
         checked = [row for row in rows if row.get("compared_calls") is not None]
         merged[op] = SubstitutedOp(rows[0]["why"], sum(row["calls"] for row in rows), rows[0]["with"],
                                    sum(row["compared_calls"] for row in checked) if checked else None,
-                                   max(row["max_abs_diff"] for row in checked) if checked else None)
+                                   max(row["max_abs_diff"] for row in checked) if checked else None,
+                                   tuple(dict.fromkeys(p for row in rows for p in row.get("processes", {}))))
     return merged

@@ -5,15 +5,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from eagle3_quant.engine_layout import EngineLayout, check_reserved
 from eagle3_quant.errors import OptionsError
 from eagle3_quant.options import DEVICE_HELP, check_device, check_positive, option
 from eagle3_quant.reading.target_precision import ONLINE_METHODS
 
 ENGINE_DTYPES = ("bfloat16", "float16")        # vLLM refuses float32 for Quark checkpoints
+# vllm.LLM arguments bench sets itself: not accepted in engine_args
+RESERVED_ENGINE_ARGS = ("model", "dtype", "speculative_config", "seed", "quantization", "max_num_seqs",
+                        "disable_log_stats", "per_request_spec_decode_metrics", "logprobs_mode")
 
 
 @dataclass(frozen=True)
-class BenchOptions:
+class BenchOptions(EngineLayout):
     target: str | None = option(None, "The target model (folder or Hub id) vLLM runs; the draft must fit its "
                                       "vocabulary and hidden size.", pipeline=False)
     reference: Path | None = option(None, "The BF16 draft to compare with (default: the source folder recorded at "
@@ -45,6 +49,8 @@ class BenchOptions:
     seed: int = option(0, "Seed of vLLM and of the bootstrap.")
 
     def __post_init__(self) -> None:
+        super().__post_init__()
+        check_reserved(self, RESERVED_ENGINE_ARGS, "bench")
         if self.reference is not None:
             object.__setattr__(self, "reference", Path(self.reference).expanduser())
         for name in ("num_prompts", "max_tokens", "prompt_len", "k", "max_num_seqs", "input_len", "output_len"):

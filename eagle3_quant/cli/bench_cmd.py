@@ -8,6 +8,15 @@ import typer
 
 from eagle3_quant.bench.options import BenchOptions as B
 from eagle3_quant.cli.app import verb
+from eagle3_quant.cli.layout_options import (
+    DataParallel,
+    EngineArgs,
+    ExpertParallel,
+    MaxModelLen,
+    PipelineParallel,
+    TensorParallel,
+    layout_values,
+)
 from eagle3_quant.cli.numbers import number_option, numbers
 from eagle3_quant.options import COUNT, SEED, STEPS, TIME, help_of
 from eagle3_quant.options import default_of as default
@@ -40,6 +49,12 @@ def bench_command(
     input_len: Annotated[int, number_option(COUNT, help=help_of(B, "input_len"))] = default(B, "input_len"),
     output_len: Annotated[int, number_option(COUNT, help=help_of(B, "output_len"))] = default(B, "output_len"),
     seed: Annotated[int, number_option(SEED, help=help_of(B, "seed"))] = default(B, "seed"),
+    tensor_parallel_size: TensorParallel = default(B, "tensor_parallel_size"),
+    pipeline_parallel_size: PipelineParallel = default(B, "pipeline_parallel_size"),
+    data_parallel_size: DataParallel = default(B, "data_parallel_size"),
+    enable_expert_parallel: ExpertParallel = default(B, "enable_expert_parallel"),
+    max_model_len: MaxModelLen = default(B, "max_model_len"),
+    engine_args: EngineArgs = None,
     as_json: Annotated[bool, typer.Option("--json", help=f"Print {BENCH_NAME} on stdout instead of tables.")] = False,
 ) -> None:
     """Run the target in vLLM's real engine with no draft, the BF16 draft and OUT: vLLM's own acceptance, the
@@ -49,7 +64,9 @@ def bench_command(
     options = B(target=target, reference=reference, prompts=prompts, num_prompts=num_prompts, max_tokens=max_tokens,
                 prompt_len=prompt_len, k=k, engine_python=engine_python, dtype=dtype, max_num_seqs=max_num_seqs,
                 timeout_s=timeout, predict=predict, device=device, concurrency=_levels(concurrency),
-                input_len=input_len, output_len=output_len, seed=seed, target_quantization=target_quantization)
+                input_len=input_len, output_len=output_len, seed=seed, target_quantization=target_quantization,
+                **layout_values(tensor_parallel_size, pipeline_parallel_size, data_parallel_size,
+                                enable_expert_parallel, max_model_len, engine_args))
     progress = None
     if not as_json:
         from eagle3_quant.cli.progress import TerminalProgress

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import json
 from enum import Enum
 from pathlib import Path
 from typing import Annotated
@@ -13,6 +12,15 @@ from eagle3_quant.calib.options import CalibrationOptions as C
 from eagle3_quant.calib.options import ImportOptions
 from eagle3_quant.calib.target import DTYPE_NAMES
 from eagle3_quant.cli.app import verb
+from eagle3_quant.cli.layout_options import (
+    DataParallel,
+    EngineArgs,
+    ExpertParallel,
+    MaxModelLen,
+    PipelineParallel,
+    TensorParallel,
+    layout_values,
+)
 from eagle3_quant.cli.numbers import number_option, numbers
 from eagle3_quant.options import AT_LEAST_0, COUNT, LAYER_ID, SEED, TIME, help_of
 from eagle3_quant.options import default_of as default
@@ -20,18 +28,6 @@ from eagle3_quant.taps.conventions import TapConvention
 from eagle3_quant.taps.engine_rules import Engine
 
 Dtype = Enum("Dtype", {name: name for name in ("auto", *DTYPE_NAMES)}, type=str)
-
-
-def _engine_args(text: str | None) -> dict | None:
-    if text is None:
-        return None
-    try:
-        value = json.loads(text)
-    except ValueError as exc:
-        raise typer.BadParameter(f"{text!r} is not JSON ({exc})", param_hint="--engine-args") from exc
-    if not isinstance(value, dict):
-        raise typer.BadParameter(f"{text!r} is not a JSON object", param_hint="--engine-args")
-    return value
 
 
 @verb("calibrate")
@@ -72,16 +68,13 @@ def calibrate_command(
     revision: Annotated[str | None, typer.Option(help=help_of(C, "revision"))] = default(C, "revision"),
     backend: Annotated[Backend, typer.Option(help=help_of(C, "backend"))] = default(C, "backend"),
     engine_python: Annotated[str | None, typer.Option(help=help_of(C, "engine_python"))] = None,
-    tensor_parallel_size: Annotated[int, number_option(COUNT, help=help_of(C, "tensor_parallel_size"))]
-    = default(C, "tensor_parallel_size"),
-    pipeline_parallel_size: Annotated[int, number_option(COUNT, help=help_of(C, "pipeline_parallel_size"))]
-    = default(C, "pipeline_parallel_size"),
-    enable_expert_parallel: Annotated[bool, typer.Option("--enable-expert-parallel",
-                                                         help=help_of(C, "enable_expert_parallel"))]
-    = default(C, "enable_expert_parallel"),
-    max_model_len: Annotated[int | None, number_option(COUNT, help=help_of(C, "max_model_len"))] = None,
+    tensor_parallel_size: TensorParallel = default(C, "tensor_parallel_size"),
+    pipeline_parallel_size: PipelineParallel = default(C, "pipeline_parallel_size"),
+    data_parallel_size: DataParallel = default(C, "data_parallel_size"),
+    enable_expert_parallel: ExpertParallel = default(C, "enable_expert_parallel"),
+    max_model_len: MaxModelLen = default(C, "max_model_len"),
     max_num_seqs: Annotated[int | None, number_option(COUNT, help=help_of(C, "max_num_seqs"))] = None,
-    engine_args: Annotated[str | None, typer.Option(help=help_of(C, "engine_args") + " (JSON)")] = None,
+    engine_args: EngineArgs = None,
     engine_timeout: Annotated[float, number_option(TIME, help=help_of(C, "engine_timeout"))]
     = default(C, "engine_timeout"),
     target_quantization: Annotated[str | None, typer.Option(help=help_of(C, "target_quantization"))] = None,
@@ -116,9 +109,9 @@ def calibrate_command(
                     tap_convention=tap_convention.value,
                     aux_layer_ids=ids, dtype=dtype.value, trust_remote_code=trust_remote_code, force=force,
                     revision=revision, backend=backend.value, engine_python=engine_python,
-                    tensor_parallel_size=tensor_parallel_size, pipeline_parallel_size=pipeline_parallel_size,
-                    enable_expert_parallel=enable_expert_parallel, max_model_len=max_model_len,
-                    max_num_seqs=max_num_seqs, engine_args=_engine_args(engine_args), engine_timeout=engine_timeout,
+                    **layout_values(tensor_parallel_size, pipeline_parallel_size, data_parallel_size,
+                                    enable_expert_parallel, max_model_len, engine_args),
+                    max_num_seqs=max_num_seqs, engine_timeout=engine_timeout,
                     device=device, batch_size=batch_size, threads=threads, target_quantization=target_quantization)
         try:
             result = calibrate_target(target, draft, data, out, options, progress=progress)

@@ -105,11 +105,16 @@ class Verb(TyperCommand):
         return pieces
 
     def format_help(self, ctx, formatter) -> None:
+        """Arguments, options, then each option group (an option's ``rich_help_panel``) under its own title."""
         self.format_usage(ctx, formatter)
         self.format_help_text(ctx, formatter)
-        params = self.get_params(ctx)
-        for title, wanted in (("Arguments", True), ("Options", False)):
-            rows = [r for p in params if isinstance(p, TyperArgument) == wanted and (r := _with_words(p, ctx))]
+        sections: dict[str, list] = {"Arguments": [], "Options": []}
+        for param in self.get_params(ctx):
+            title = "Arguments" if isinstance(param, TyperArgument) else (
+                getattr(param, "rich_help_panel", None) or "Options")
+            if (row := _with_words(param, ctx)) is not None:
+                sections.setdefault(title, []).append(row)
+        for title, rows in sections.items():
             if rows:
                 with formatter.section(title):
                     formatter.write_dl(rows)

@@ -36,6 +36,6 @@ def numbers(bound: Number, text: str | None, option: str) -> list[int | float] |
         raise typer.BadParameter(f"{text!r}: {exc}", param_hint=f"'{option}'") from None
 
 
-def number_option(bound: Number, *names: str, help: str) -> Any:
-    """typer.Option holding one number of `bound`."""
-    return typer.Option(*names, parser=number(bound), help=help)
+def number_option(bound: Number, *names: str, help: str, **more) -> Any:
+    """typer.Option holding one number of `bound` (`more`: typer.Option's other arguments)."""
+    return typer.Option(*names, parser=number(bound), help=help, **more)

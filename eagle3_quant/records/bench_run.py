@@ -7,17 +7,18 @@ Layout (``bench_version`` 1)::
     {
       "bench_version": 1, "created_at": "...",
       "artifact_files": {"model.safetensors": "<sha256>", ...},    # what was measured (records/evidence.py)
-      "engine": {"name", "distribution", "version", "torch", "device", "python", "dtype", "device_kind"},
+      "engine": {"name", "distribution", "version", "torch", "device", "python", "dtype", "device_kind",
+                 "layout": {"tensor_parallel_size", ...}},         # engine_layout.py; absent: one process
       "target": NAME, "reference": NAME,                           # public names, never local paths
       "prompts": {"source", "count", "max_tokens", "tokens"},
       "k": 3, "sampling": "greedy (temperature 0, ignore_eos)",
       "acceptance": {"reference": ACCEPTANCE, "artifact": ACCEPTANCE},   # vLLM's own counters, and per prompt
       "acceptance_ratio": RATIO,                                   # artifact / reference, paired bootstrap
-      "lossless": {"lossless", "reference": MATCH, "artifact": MATCH},
+      "lossless": {"lossless", "reference": MATCH, "artifact": MATCH, "outputs": [DIGEST per prompt, no draft]},
       "predicted": PREDICTION | null,                              # validate's offline prediction (bench/predict.py)
       "speed": {"measured", "tokens_per_s", "speedup_over_no_draft", "load_s", "meaningful_for_gpu", "note"},
-      "substituted_ops": {OP: {"why", "calls", "with", "compared_calls", "max_abs_diff"}},  # last two: if checked
-      "registered_kernels": {KERNEL: {"kernel_type", "platform", "why"}},   # only when a kernel was registered
+      "substituted_ops": {OP: {"why", "calls", "with", "compared_calls", "max_abs_diff", "processes"}},
+      "registered_kernels": {KERNEL: {"kernel_type", "platform", "why", "processes"}},   # when one was registered
       "target_precision": {"method", "weights", "activations", "online"},   # the target as vLLM served it
       "prediction_skipped": WHY,                                   # only when no prediction could be made
       "concurrency_sweep": {"status", "reason" | "input_len", "output_len", "prompts", "points"},
@@ -31,6 +32,7 @@ A number vLLM could not give (no drafts at all) is null. Reading checks every fi
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Callable, Mapping
@@ -38,7 +40,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from eagle3_quant.errors import BenchRecordError, Eagle3QuantError
+from eagle3_quant.engine_layout import EngineLayout
+from eagle3_quant.errors import BenchRecordError, Eagle3QuantError, OptionsError
 from eagle3_quant.reading.limits import load_json_file
 from eagle3_quant.reading.target_precision import TargetPrecision
 from eagle3_quant.records.fields import RecordFields
@@ -190,14 +193,23 @@ class SequencesMatch:
 class Lossless:
     lossless: bool                          # every draft's greedy output equals the no-draft one
     drafts: DraftPair[SequencesMatch]
+    outputs: tuple[str, ...] = ()           # per prompt, `output_digest` of the no-draft run's greedy tokens: two
+    #                                         runs (other layouts, GPUs, versions) compare prompt by prompt
 
     def to_dict(self) -> dict:
-        return {"lossless": self.lossless, **self.drafts.to_dict(SequencesMatch.to_dict)}
+        data = {"lossless": self.lossless, **self.drafts.to_dict(SequencesMatch.to_dict)}
+        return data | ({"outputs": list(self.outputs)} if self.outputs else {})
 
     @classmethod
     def read(cls, fields: RecordFields) -> Lossless:
         return cls(fields.flag("lossless"), DraftPair(SequencesMatch.read(fields.object("reference")),
-                                                      SequencesMatch.read(fields.object("artifact"))))
+                                                      SequencesMatch.read(fields.object("artifact"))),
+                   fields.optional_texts("outputs"))
+
+
+def output_digest(tokens: list[int]) -> str:
+    """A greedy output's fingerprint: the first 16 hex digits of the sha256 of its token ids as JSON."""
+    return hashlib.sha256(json.dumps([int(t) for t in tokens]).encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -313,18 +325,19 @@ class SubstitutedOp:
     with_: str
     compared_calls: int | None = None       # calls also run through the original op
     max_abs_diff: float | None = None       # the largest |stand-in - original| over them
+    processes: tuple[str, ...] = ()         # the vLLM processes where it was called ("rank 0", ...)
 
     def to_dict(self) -> dict:
         data = {"why": self.why, "calls": self.calls, "with": self.with_}
         if self.compared_calls is not None:
             data |= {"compared_calls": self.compared_calls, "max_abs_diff": self.max_abs_diff}
-        return data
+        return data | ({"processes": list(self.processes)} if self.processes else {})
 
     @classmethod
     def read(cls, fields: RecordFields) -> SubstitutedOp:
         compared = fields.optional_integer("compared_calls")
         return cls(fields.text("why"), fields.integer("calls"), fields.text("with"), compared,
-                   fields.number("max_abs_diff") if compared is not None else None)
+                   fields.number("max_abs_diff") if compared is not None else None, fields.optional_texts("processes"))
 
 
 @dataclass(frozen=True)
@@ -334,13 +347,16 @@ class RegisteredKernel:
     kernel_type: str                        # "mxfp4", "mxfp6"
     platform: str                           # "cpu"
     why: str
+    processes: tuple[str, ...] = ()         # the vLLM processes where it was registered
 
     def to_dict(self) -> dict:
-        return {"kernel_type": self.kernel_type, "platform": self.platform, "why": self.why}
+        data = {"kernel_type": self.kernel_type, "platform": self.platform, "why": self.why}
+        return data | ({"processes": list(self.processes)} if self.processes else {})
 
     @classmethod
     def read(cls, fields: RecordFields) -> RegisteredKernel:
-        return cls(fields.text("kernel_type"), fields.text("platform"), fields.text("why"))
+        return cls(fields.text("kernel_type"), fields.text("platform"), fields.text("why"),
+                   fields.optional_texts("processes"))
 
 
 @dataclass(frozen=True)
@@ -430,6 +446,9 @@ class BenchServeTaps:
                    fields.text("note"))
 
 
+ENGINE_TEXTS = ("name", "distribution", "version", "torch", "device", "python", "dtype", "device_kind")
+
+
 @dataclass(frozen=True)
 class EngineRecord:
     """The engine environment that ran (engines/environment.py `EngineInfo`) and how it ran the drafts."""
@@ -442,13 +461,26 @@ class EngineRecord:
     python: str
     dtype: str
     device_kind: str                        # cpu | gpu
+    layout: EngineLayout | None = None      # the parallel layout vLLM ran; None: a record older than the field
 
     def to_dict(self) -> dict:
-        return {key: getattr(self, key) for key in self.__dataclass_fields__}
+        data = {key: getattr(self, key) for key in ENGINE_TEXTS}
+        return data | ({"layout": self.layout.to_dict()} if self.layout is not None else {})
+
+    @property
+    def ran(self) -> EngineLayout:
+        """The layout, one process for a record that predates the field."""
+        return self.layout or EngineLayout()
 
     @classmethod
     def read(cls, fields: RecordFields) -> EngineRecord:
-        return cls(*(fields.text(key) for key in cls.__dataclass_fields__))
+        layout = fields.optional_object("layout")
+        try:
+            read = EngineLayout.from_dict(layout.data) if layout else None
+        except OptionsError as exc:
+            raise fields.error(exc.message, path=fields.path, field=fields.name(f"layout.{exc.field}")) from None
+        return cls(*(fields.text(key) for key in ENGINE_TEXTS), layout=read)
+
 
 
 @dataclass(frozen=True)

@@ -54,6 +54,15 @@ class RecordFields:
     def optional_text(self, key: str) -> str | None:
         return None if self.data.get(key) is None else self.text(key)
 
+    def optional_texts(self, key: str) -> tuple[str, ...]:
+        """A list of strings; () when absent (a record written before the field existed)."""
+        value = self.data.get(key)
+        if value is None:
+            return ()
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise self.fail(key, "a list of strings")
+        return tuple(value)
+
     def integer(self, key: str) -> int:
         value = self.raw(key)
         if not isinstance(value, int) or isinstance(value, bool):

@@ -6,21 +6,25 @@ reference, the artifact), through ``eagle3_quant/engines/runner.py``.
 
 REQUEST: {"target", "draft" (null: no speculative decoding), "k", "dtype", "prompts": [[token ids]], "max_tokens",
 "max_model_len", "max_num_seqs", "seed", "sweep": null | {"concurrency": [..], "input_len", "output_len"},
-"quantization": vLLM's online quantization of the target | null, "mx_emulation": bool,
+"quantization": vLLM's online quantization of the target | null, "engine": {more ``vllm.LLM`` keyword arguments:
+the parallel layout, ...}, "changes": [the CPU build's changes to make, by name (``cpu_changes.py``)],
 "top_logits": N (0: none; else the N highest raw logits at every generated token)}.
 RESULT: {"vllm", "torch", "dtype", "outputs": [[token ids]], "per_request": [{"histogram", "draft_tokens"}],
 "counters": {"drafts", "draft_tokens", "accepted", "accepted_per_position"}, "load_s", "generate_s",
-"generated_tokens", "substituted_ops": {op: {"why", "with", "calls", ...}}, "registered_kernels": {kernel: {...}},
-"top_logits": [[[[id, logit], ...] per token] per prompt] (when asked), "sweep": [...]} or {"error": one line}.
+"generated_tokens", "substituted_ops": {op: {"why", "with", "calls", "processes", ...}}, "registered_kernels":
+{kernel: {..., "processes"}}, "processes": {process: [changes made there]}, "top_logits": [[[[id, logit], ...] per
+token] per prompt] (when asked), "sweep": [...]} or {"error": one line}.
 
 Greedy (temperature 0, ``ignore_eos``). Acceptance is vLLM's own: the spec-decode counters of ``llm.get_metrics()``
 and each request's ``spec_decode_metrics`` (``per_request_spec_decode_metrics="summary"``: a histogram of accepted
 draft tokens per verify step).
 
-The child first makes vLLM's CPU build run every artifact (``serve_cpu.py``): the static-FP8 ``_C`` ops it lacks
-in torch, torch's slow CPU ``_scaled_mm`` through an fp32 GEMM of the same operands, and with
-``request["mx_emulation"]`` vLLM's own MX emulation kernels registered for the CPU platform. The result
-names each op supplied (``substituted_ops``, with its calls) and each kernel registered (``registered_kernels``).
+The child first makes vLLM's CPU build run every artifact (``request["changes"]``, ``serve_cpu.py``): the
+static-FP8 ``_C`` ops it lacks in torch, torch's slow CPU ``_scaled_mm`` through an fp32 GEMM of the same operands,
+vLLM's own MX emulation kernels registered for the CPU platform; in this process and, through vLLM's plugin entry
+point (``cpu_plugin.py``), in every worker a parallel layout starts. The result names each op supplied
+(``substituted_ops``, with its calls) and each kernel registered (``registered_kernels``), with the processes where
+each acted.
 """
 
 from __future__ import annotations
@@ -32,7 +36,8 @@ import time
 # child_protocol.py is in engines/, one folder up; appended after site-packages so that engines/vllm/ never
 # shadows vLLM itself
 sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import serve_cpu  # noqa: E402  (this folder is the script's own: sys.path[0])
+import cpu_changes  # noqa: E402  (this folder is the script's own: sys.path[0])
+import cpu_plugin  # noqa: E402
 from child_protocol import serve  # noqa: E402
 
 
@@ -48,18 +53,16 @@ def _counters(metrics) -> dict:
     return found
 
 
-def _engine(request: dict):
-    from vllm import LLM
-
+def llm_kwargs(request: dict) -> dict:
+    """The ``vllm.LLM`` keyword arguments of this request (``layout_child.py`` checks the same ones)."""
     spec = None
     if request["draft"]:
         spec = {"method": "eagle3", "model": request["draft"], "num_speculative_tokens": request["k"]}
-    return LLM(model=request["target"], dtype=request["dtype"], enforce_eager=True, seed=request["seed"],
-               quantization=request.get("quantization"),
-               max_model_len=request["max_model_len"], max_num_seqs=request["max_num_seqs"],
-               disable_log_stats=False, speculative_config=spec,
-               **({"per_request_spec_decode_metrics": "summary"} if spec else {}),
-               **({"logprobs_mode": "raw_logits"} if request.get("top_logits") else {}))
+    return {"model": request["target"], "dtype": request["dtype"], "enforce_eager": True, "seed": request["seed"],
+            "quantization": request.get("quantization"), "max_model_len": request["max_model_len"],
+            "max_num_seqs": request["max_num_seqs"], "disable_log_stats": False, "speculative_config": spec,
+            **({"per_request_spec_decode_metrics": "summary"} if spec else {}),
+            **({"logprobs_mode": "raw_logits"} if request.get("top_logits") else {}), **request.get("engine", {})}
 
 
 def _generate(llm, prompts: list[list[int]], max_tokens: int, top_logits: int = 0):
@@ -103,12 +106,13 @@ def run(request: dict) -> dict:
     import torch
     import vllm
 
-    serve_cpu.supply_static_fp8_ops()       # each change acts only where the build lacks the op or on CPU tensors
-    serve_cpu.fast_cpu_scaled_mm()
-    if request.get("mx_emulation"):
-        serve_cpu.register_mx_emulation()
+    changes = request.get("changes", [])
+    cpu_plugin.install(changes)             # every process vLLM starts from here on
+    cpu_changes.apply(changes)              # this one
     started = time.perf_counter()
-    llm = _engine(request)
+    from vllm import LLM
+
+    llm = LLM(**llm_kwargs(request))
     load_s = time.perf_counter() - started
     started = time.perf_counter()
     top = request.get("top_logits") or 0
@@ -127,9 +131,7 @@ def run(request: dict) -> dict:
         result["top_logits"] = [_top_logits(o.outputs[0].logprobs, top) for o in outputs]
     if request.get("sweep"):
         result["sweep"] = _sweep(llm, request["sweep"], [t for p in request["prompts"] for t in p])
-    result["substituted_ops"] = serve_cpu.substituted_ops()
-    result["registered_kernels"] = dict(serve_cpu.REGISTERED)
-    return result
+    return {**result, **cpu_changes.everywhere(llm)}
 
 
 if __name__ == "__main__":
