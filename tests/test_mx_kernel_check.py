@@ -58,18 +58,34 @@ def test_off_gfx950_the_kernel_object_is_skipped_with_the_device_and_no_child_ru
     assert "not an FP8 hipBLASLt GEMM" in checks["mi355x_hipblaslt"].detail
 
 
-def test_on_gfx950_the_probe_rows_decide_and_a_crash_fails(tmp_path, monkeypatch):
+def test_on_gfx950_the_rows_and_the_native_kernel_decide_and_a_crash_fails(tmp_path, monkeypatch):
+    """The child's numerics rows, and the kernel it launched: AITER's Triton MXFP4 GEMM (its name decoded by
+    validate/kernel_names.py; what else counts as native: tests/test_kernel_vendor_logs.py)."""
     monkeypatch.setattr("eagle3_quant.validate.mx_kernel_probe.aiter_found", lambda: True)
     row = {"module": "m", "format": "mxfp4 x mxfp4", "bit_exact": False, "tolerance": MX_TOLERANCE}
     rows = [{**row, "rows": 1, "max_rel_error": 1e-3, "ok": True},
             {**row, "rows": 16, "max_rel_error": 0.5, "ok": False}]
-    monkeypatch.setattr("eagle3_quant.validate.kernel_check._child", lambda *a: {"numerics": rows})
+    native = {"_gemm_afp4_wfp4_kernel": 3, "_dynamic_mxfp4_quant_kernel": 3}
+    seen = []
+
+    def child(numerics, kernels):
+        return lambda out, device, phase, env, workdir: seen.append(env) or {"numerics": numerics, "kernels": kernels}
+
+    monkeypatch.setattr("eagle3_quant.validate.kernel_check._child", child(rows, native))
     kernel = run_mx_kernel_check(tmp_path, MI355X, W4A4)
     assert kernel["status"] == "failed" and "rows 16" in kernel["reason"] and kernel["backend"] == NATIVE_MXFP4
-    monkeypatch.setattr("eagle3_quant.validate.kernel_check._child", lambda *a: {"numerics": rows[:1]})
+    monkeypatch.setattr("eagle3_quant.validate.kernel_check._child", child(rows[:1], native))
     kernel = run_mx_kernel_check(tmp_path, MI355X, W4A4)
     assert kernel["status"] == "passed" and f"within {MX_TOLERANCE}" in kernel["reason"]
+    assert "AITER's kernel name shows E2M1 x E2M1 -> BF16, UE8M0 scales per block of 32" in kernel["reason"]
+    assert kernel["kernel_counts"] == native and seen[-1]["HIPBLASLT_LOG_MASK"] == "35"
     assert {c.name: c.status for c in kernel_checks(kernel)}["kernel_path"] == "passed"
+    # within bounds but no native MX GEMM ran (an emulation's BF16 GEMM): the numerics alone do not pass it
+    monkeypatch.setattr("eagle3_quant.validate.kernel_check._child",
+                        child(rows[:1], {"Cijk_Alik_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT256x256x64_MI16x16x1_SN": 3}))
+    kernel = run_mx_kernel_check(tmp_path, MI355X, W4A4)
+    assert kernel["status"] == "failed" and "no native MX GEMM (E2M1 x E2M1 with UE8M0 scales per block of 32) " \
+                                            "ran: GEMM kernels: Cijk x3" in kernel["reason"]
     monkeypatch.setattr("eagle3_quant.validate.kernel_check._child", lambda *a: {"error": "probe exited with 1"})
     assert run_mx_kernel_check(tmp_path, MI355X, W4A4)["status"] == "failed"
     assert judge_mx_rows([])[0] == "failed"

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,31 +13,20 @@ import pytest
 import torch
 
 from eagle3_quant.cli.render_validate import kernel_lines
-from eagle3_quant.validate.kernel_check import judge, kernel_checks, run_kernel_check
-from eagle3_quant.validate.kernel_evidence import (
-    KernelEvidence,
-    fp8_by_name,
-    kernel_family,
-    parse_cublaslt,
-    parse_hipblaslt,
-)
-from eagle3_quant.validate.platform import detect_platform
+from eagle3_quant.validate.blas_log_lines import parse_cublaslt
+from eagle3_quant.validate.gemm_forms import SCHEME_GEMMS
+from eagle3_quant.validate.kernel_check import kernel_checks, run_kernel_check
+from eagle3_quant.validate.kernel_evidence import KernelEvidence
+from eagle3_quant.validate.kernel_judgement import judge
+from eagle3_quant.validate.kernel_names import fp8_by_name, kernel_family
+from eagle3_quant.validate.platform import Platform, detect_platform
 
 H200 = json.loads((Path(__file__).parent / "fixtures/h200/kernel_evidence.json").read_text())
 H200_GEMM = "nvjet_sm90_qqtst_128x128_128x6_1x1_h_bz_coopA_algo2_ovscale_TNT"
-H200_BF16_GEMM = "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_TNT"     # cuBLASLt's BF16 kernel on Hopper
+H200_BF16_GEMM = "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_TNT"     # nvjet without the FP8 type code qq
 OLD_WRONG_REASON = "the profiler saw no GEMM kernel during the FP8 linears"
-# hipBLASLt's own formats (hipBLASLt utility.cpp / tensile_host.cpp): the level-2 trace line (operand types, no
-# scale mode) and the bench line (log mask 32; --scaleA/B: 1 scalar, 2 vector = rowwise, 3 block)
-ROCM_TRACE = ("[2026-12-04 10:00:00][HIPBLASLT][4242][trace][rocblaslt_matmul] A=0x7f00 Adesc=[type=R_8F_E4M3 "
-              "rows=256 cols=64 ld=256] B=0x7f01 Bdesc=[type=R_8F_E4M3 rows=256 cols=128 ld=256] C=0x7f02 "
-              "Cdesc=[type=R_16BF rows=64 cols=128 ld=64] D=0x7f02 Ddesc=[type=R_16BF rows=64 cols=128 ld=64] "
-              "computeDesc=[computeType=COMPUTE_32F scaleType=R_32F transA=OP_T transB=OP_N epilogue=EPILOGUE_DEFAULT "
-              "biasPointer=0x0] workSpace=0x0 workSpaceSizeInBytes=0 alpha=1 beta=0 stream=0x0")
-ROCM_BENCH = ("hipblaslt-bench --api_method c -m 64 -n 128 -k 256 --lda 256 --ldb 256 --ldc 64 --ldd 64 --alpha 1 "
-              "--beta 0 --transA T --transB N --batch_count 1 --scaleA 2 --scaleB 2 --a_type f8_r --b_type f8_r "
-              "--c_type bf16_r --d_type bf16_r --compute_type f32_r --algo_method index --solution_index 7")
-ROCM_LOG = [ROCM_TRACE, ROCM_BENCH]
+ROWWISE, TENSORWISE = SCHEME_GEMMS["ptpc_fp8"], SCHEME_GEMMS["fp8"]
+MI355X = Platform("rocm", "cuda:0", "AMD Instinct MI355X", "gfx950", "2.9", "7.0")
 
 
 def test_cpu_platform_and_numerics_are_bit_exact(quantized_tiny):
@@ -52,39 +43,13 @@ def test_cpu_platform_and_numerics_are_bit_exact(quantized_tiny):
     assert checks == {"kernel_numerics": "passed", "kernel_path": "skipped", "mi355x_hipblaslt": "skipped"}
 
 
-def test_hipblaslt_evidence_rules():
-    kernels = {"Cijk_Alik_Bljk_F8F8BS_BH_MT64x64": 7, "quant_kernel": 7}
-    evidence = KernelEvidence.read(ROCM_LOG, kernels)
-    assert evidence.hipblaslt_lines == 2 and evidence.rocblas_gemm_lines == 0 and evidence.library == "hipBLASLt"
-    status, reason, backend = judge("rocm", evidence, True)
-    assert (status, backend) == ("passed", "hipBLASLt")
-    assert "E4M3 x E4M3 -> BF16, rowwise fp32 scales" in reason and "Cijk x7" in reason
-    # Tensile kernel names alone prove nothing: without hipBLASLt log lines the check fails
-    assert judge("rocm", KernelEvidence.read([], kernels), True)[0] == "failed"
-    fallback = KernelEvidence.read([*ROCM_LOG, "rocblas_gemm_ex(handle, N, T, 64, 128, 256)"], kernels)
-    assert judge("rocm", fallback, True)[0] == "failed"
-    assert judge("rocm", evidence, False)[0] == "failed"
-    # the level-2 trace alone (no bench line): still hipBLASLt, operand types read, scale mode not in that log
-    status, reason, _ = judge("rocm", KernelEvidence.read([ROCM_TRACE], kernels), True)
-    assert status == "passed" and "E4M3 x E4M3 -> BF16, scale mode not logged" in reason
-
-
-@pytest.mark.parametrize(("flags", "mode"), [("--scaleA 1 --scaleB 1", "tensorwise"), ("--scaleA 2 --scaleB 2",
-                         "rowwise"), ("--scaleA 3 --scaleB 3", "block"), ("--scaleA v --scaleB v", "rowwise"),
-                                             ("--scaleA 2 --scaleB 1", "A rowwise / B tensorwise"), ("", "none")])
-def test_hipblaslt_bench_scale_codes(flags, mode):
-    call = parse_hipblaslt(ROCM_BENCH.replace("--scaleA 2 --scaleB 2", flags))
-    assert (call.library, call.a_type, call.b_type, call.out_type, call.scale_mode) == (
-        "hipBLASLt", "E4M3", "E4M3", "BF16", mode)
-
-
 def test_kernel_names_decide_only_when_no_blas_log_was_written():
-    assert judge("cuda", KernelEvidence.read([], {"vectorized_elementwise_kernel": 3}), True)[0] == "failed"
-    status, _, backend = judge("cuda", KernelEvidence.read([], {"void cutlass::device_kernel<f8f8bf16_rowwise>": 7}),
-                               True)
-    assert status == "passed" and backend.startswith("CUTLASS")
-    status, reason, backend = judge("cuda", KernelEvidence.read([], {H200_GEMM: 7}), True)
-    assert (status, backend) == ("passed", "cuBLASLt") and "no cuBLASLt log line" in reason
+    assert judge(ROWWISE, KernelEvidence.read([], {"vectorized_elementwise_kernel": 3}), True)[0] == "failed"
+    status, reason, backend = judge(ROWWISE, KernelEvidence.read([], {"void cutlass::device_kernel<f8f8bf16_rowwise>":
+                                                                      7}), True)
+    assert (status, backend) == ("passed", "CUTLASS (ATen rowwise)") and "E4M3 x E4M3 -> BF16, rowwise" in reason
+    status, reason, backend = judge(ROWWISE, KernelEvidence.read([], {H200_GEMM: 7}), True)
+    assert (status, backend) == ("passed", "cuBLASLt") and "no matmul line in the BLAS logs" in reason
 
 
 @pytest.mark.parametrize("run", sorted(H200))
@@ -97,9 +62,9 @@ def test_the_h200s_recorded_cublaslt_path_passes_as_rowwise_e4m3(run):
         ("E4M3", "E4M3", "BF16", "rowwise")}
     assert evidence.gemm_families == evidence.fp8_gemm_families == {"nvjet_sm90": 7}
     assert evidence.other_kernels == 70      # the per-token quantization: abs, amax, clamp, reciprocal, casts
-    status, reason, backend = judge("cuda", evidence, True)
+    status, reason, backend = judge(ROWWISE.on(recorded["platform"]["arch"]), evidence, True)
     assert (status, backend) == ("passed", "cuBLASLt")
-    assert reason == f"cuBLASLt ran {len(recorded['log_sample'])} FP8 matmuls (E4M3 x E4M3 -> BF16, rowwise fp32 " \
+    assert reason == f"cuBLASLt ran {len(recorded['log_sample'])} matmuls (E4M3 x E4M3 -> BF16, rowwise fp32 " \
                      "scales); GEMM kernels: nvjet_sm90 x7; other kernels: 70"
     record = evidence.to_dict()
     assert {k: record[k] for k in ("library", "operand_types", "output_type", "scale_mode", "fp8_matmul_calls")} \
@@ -107,7 +72,7 @@ def test_the_h200s_recorded_cublaslt_path_passes_as_rowwise_e4m3(run):
             "fp8_matmul_calls": len(recorded["log_sample"])}
     assert json.loads(json.dumps(record)) == record
     # a static per-tensor artifact passes scalar scales: rowwise calls do not prove its path
-    status, reason, _ = judge("cuda", evidence, True, scale_mode="tensorwise")
+    status, reason, _ = judge(TENSORWISE, evidence, True)
     assert status == "failed" and "with rowwise fp32 scales; this artifact's linears pass one fp32 scale per " \
                                   "tensor" in reason
 
@@ -116,35 +81,31 @@ def test_the_h200s_recorded_cublaslt_path_passes_as_rowwise_e4m3(run):
 def test_the_old_wrong_judgement_cannot_come_back(run):
     """The H200's own kernel names, without any log line: nvjet_sm90 is cuBLASLt's FP8 GEMM, not "no GEMM"."""
     counts = H200[run]["kernel_counts"]
-    status, reason, backend = judge("cuda", KernelEvidence.read([], counts), True)
+    status, reason, backend = judge(ROWWISE, KernelEvidence.read([], counts, "CUBLASLT_LOG_LEVEL=2"), True)
     assert (status, backend) == ("passed", "cuBLASLt") and "no GEMM" not in reason
-    assert "no cuBLASLt log line" in reason and "nvjet_sm90 x7" in reason
+    assert reason.startswith("no matmul line in the BLAS logs (CUBLASLT_LOG_LEVEL=2); the kernel names show cuBLASLt "
+                             "ran 7 GEMM launches") and "nvjet_sm90 x7" in reason
+    assert "the scale mode is not shown: no kernel name shows one" in reason and "rowwise" not in reason
     # with every log line the run wrote (35), the count in the reason is the log's
     lines = (H200[run]["log_sample"] * 12)[:H200[run]["cublaslt_matmul_lines"]]
-    assert judge("cuda", KernelEvidence.read(lines, counts), True)[1].startswith("cuBLASLt ran 35 FP8 matmuls (")
-
-
-def test_a_cublaslt_log_of_bf16_matmuls_fails_even_beside_gemm_kernels():
-    bf16 = [line.replace("R_8F_E4M3", "R_16BF") for line in H200["kimi-k2.5"]["log_sample"]]
-    status, reason, _ = judge("cuda", KernelEvidence.read(bf16, {H200_GEMM: 7}), True)
-    assert status == "failed" and "cuBLASLt ran 3 matmuls, none with FP8 operands (BF16 x BF16 -> BF16" in reason
+    assert judge(ROWWISE, KernelEvidence.read(lines, counts), True)[1].startswith("cuBLASLt ran 35 matmuls (")
 
 
 def test_e5m2_operands_fail_the_e4m3_artifact():
     e5m2 = [line.replace("R_8F_E4M3", "R_8F_E5M2") for line in H200["kimi-k2.5"]["log_sample"]]
-    status, reason, _ = judge("cuda", KernelEvidence.read(e5m2, {H200_GEMM: 7}), True)
-    assert status == "failed" and "with E5M2 x E5M2 operands" in reason
+    status, reason, _ = judge(ROWWISE, KernelEvidence.read(e5m2, {H200_GEMM: 7}), True)
+    assert status == "failed" and "3 of them E5M2 x E5M2 -> BF16, rowwise fp32 scales" in reason
 
 
 def test_without_a_log_only_an_fp8_gemm_name_passes():
-    status, reason, _ = judge("cuda", KernelEvidence.read([], {H200_BF16_GEMM: 7, "reduce_kernel": 7}), True)
-    assert status == "failed" and reason.startswith("no FP8 GEMM in cuBLASLt's log (CUBLASLT_LOG_LEVEL=2) nor among "
-                                                    "the profiler's kernels; GEMM kernels: nvjet_sm90 x7")
+    status, reason, _ = judge(ROWWISE, KernelEvidence.read([], {H200_BF16_GEMM: 7, "reduce_kernel": 7}), True)
+    assert status == "failed" and "7 of them non-FP8 x non-FP8" in reason and "GEMM kernels: nvjet_sm90 x7" in reason
     assert not fp8_by_name(H200_BF16_GEMM) and fp8_by_name(H200_GEMM) and fp8_by_name("nvjet_qqhsh_64x8_TNT")
     assert fp8_by_name("void cutlass::device_kernel<GemmUniversal<cutlass::float_e4m3_t, bfloat16_t>>")
     assert fp8_by_name("sm89_xmma_gemm_e4m3e4m3_e4m3f32_f32_tn_n_tilesize128x128x64")
-    assert fp8_by_name("Cijk_Alik_Bljk_F8F8BS_BH_MT64x64") and not fp8_by_name("Cijk_Ailk_Bljk_BBS_BH_MT64x64")
+    assert fp8_by_name("Cijk_Alik_Bljk_F8BS_BH_MT64x64") and not fp8_by_name("Cijk_Ailk_Bljk_BBS_BH_MT64x64")
     assert not fp8_by_name("ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_tn")
+    assert judge(ROWWISE, KernelEvidence.read([], {H200_GEMM: 7}), False)[0] == "failed"   # numerics decide first
 
 
 def test_only_matmul_lines_count_as_cublaslt_calls():
@@ -153,16 +114,58 @@ def test_only_matmul_lines_count_as_cublaslt_calls():
     assert len(KernelEvidence.read([line, heuristic], {}).cublaslt) == 1
 
 
-def test_a_tensorwise_cublaslt_call_reads_as_one_scale_per_tensor():
-    line = H200["kimi-k2.5"]["log_sample"][0].replace(" aScaleMode=OUTER_VEC_32F bScaleMode=OUTER_VEC_32F", "")
-    call = parse_cublaslt(line)
-    assert call.fp8 and call.scale_mode == "tensorwise"
-    assert judge("cuda", KernelEvidence.read([line], {H200_GEMM: 1}), True, scale_mode="tensorwise")[0] == "passed"
-    scalar = H200["kimi-k2.5"]["log_sample"][0].replace("OUTER_VEC_32F", "SCALAR_32F")
-    assert parse_cublaslt(scalar).scale_mode == "tensorwise"
-    assert parse_cublaslt(H200["kimi-k2.5"]["log_sample"][0].replace("bScaleMode=OUTER_VEC_32F",
-                                                                     "bScaleMode=SCALAR_32F")).scale_mode \
-        == "A rowwise / B tensorwise"
+def test_cublaslt_scale_modes_as_the_log_spells_them():
+    line = H200["kimi-k2.5"]["log_sample"][0]
+    assert parse_cublaslt(line.replace(" aScaleMode=OUTER_VEC_32F bScaleMode=OUTER_VEC_32F", "")).scale_mode == \
+        "tensorwise"                                   # scale pointers and no mode: one scale per tensor
+    assert parse_cublaslt(line.replace("OUTER_VEC_32F", "SCALAR_32F")).scale_mode == "tensorwise"
+    assert parse_cublaslt(line.replace("OUTER_VEC_32F", "VEC32_UE8M0")).scale_mode == "block32_ue8m0"
+    assert parse_cublaslt(line.replace("bScaleMode=OUTER_VEC_32F", "bScaleMode=SCALAR_32F")).scale_mode == \
+        "A rowwise / B tensorwise"
+
+
+def test_on_an_mi355x_the_child_logs_into_files_the_check_owns(quantized_tiny, monkeypatch):
+    """run_kernel_check's GPU path with the device faked (no GPU here): the logged child gets hipBLASLt's mask, not
+    a level, and its file; the lines it writes there (hipBLASLt's format, tests/fixtures/rocm) decide; the numerics
+    and timing come from the child without logging."""
+    _, out = quantized_tiny()
+    spec = importlib.util.spec_from_file_location("vendor_lines", Path(__file__).parent / "fixtures/rocm/"
+                                                  "vendor_lines.py")
+    lines = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(lines)
+    seen = {}
+
+    def child(out, device, phase, env, workdir):
+        seen[phase] = env
+        if phase == "evidence":            # as hipBLASLt's open_log_stream: %i -> the pid; a level: no bench line
+            bench = [] if "HIPBLASLT_LOG_LEVEL" in os.environ else [lines.hipblaslt_bench(2)]
+            Path(env["HIPBLASLT_LOG_FILE"].replace("%i", "4242")).write_text(
+                "\n".join(lines.calls(lines.hipblaslt_trace("R_8F_E4M3"), *bench)) + "\n")
+            return {"kernels": {lines.GFX950_F8_ROWWISE: 14}, "scale_mode": "rowwise", "output": ""}
+        return {"numerics": [{"module": "m", "rows": 1, "format": "e4m3fn", "max_rel_error": 1e-3, "bit_exact": False,
+                              "tolerance": 1e-2, "ok": True}], "timing": None, "timing_error": "not timed here"}
+
+    monkeypatch.delenv("HIPBLASLT_LOG_LEVEL", raising=False)
+    monkeypatch.delenv("HIPBLASLT_LOG_MASK", raising=False)
+    monkeypatch.setattr("eagle3_quant.validate.platform.detect_platform", lambda device=None: MI355X)
+    monkeypatch.setattr("eagle3_quant.validate.kernel_check._child", child)
+    kernel = run_kernel_check(out)
+    assert seen["evidence"]["HIPBLASLT_LOG_MASK"] == "35" and "HIPBLASLT_LOG_LEVEL" not in seen["evidence"]
+    assert seen["measure"] == {}
+    assert (kernel["status"], kernel["backend"]) == ("passed", "hipBLASLt"), kernel["reason"]
+    assert kernel["expected"] == {"element": "E4M3", "scale_mode": "rowwise", "out_type": "BF16",
+                                  "scheme": "ptpc_fp8"}
+    assert kernel["log_evidence"]["matmul_calls"] == 14 and kernel["timing_skipped"] == "not timed here"
+    checks = {c.name: c.status for c in kernel_checks(kernel)}
+    assert checks == {"kernel_numerics": "passed", "kernel_path": "passed", "mi355x_hipblaslt": "passed"}
+    # a level the user set is kept (hipBLASLt then ignores the mask: no bench line) and said in the reason
+    monkeypatch.setenv("HIPBLASLT_LOG_LEVEL", "2")
+    kernel = run_kernel_check(out)
+    assert "HIPBLASLT_LOG_MASK" not in seen["evidence"] and kernel["status"] == "passed"
+    assert "rowwise fp32 scales, scale mode from the kernel names" in kernel["reason"]
+    assert kernel["reason"].endswith("HIPBLASLT_LOG_LEVEL=2 is set in your environment and kept: hipBLASLt then "
+                                     "ignores HIPBLASLT_LOG_MASK and logs trace lines but no bench line, so no scale "
+                                     "mode")
 
 
 def test_the_printed_kernel_line_is_short_and_the_json_keeps_every_name():

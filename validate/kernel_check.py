@@ -1,26 +1,24 @@
-"""The kernel-path check: do the FP8 draft's linears run rowwise ``torch._scaled_mm`` correctly, on which library?
+"""The kernel-path check: do the quantized draft's linears run the GEMM their scheme needs, correctly, on which library?
 
 Run it on a GPU machine as one prepared script::
 
     python -m eagle3_quant.validate.kernel_check OUT [--device cuda:0] [--json kernel.json]
     python -m eagle3_quant.validate.kernel_check --synthetic llama3-8b --json kernel.json   # real draft shapes
 
-On a GPU the probe runs in child processes with the BLAS libraries' logging switched on (it must be set before
-they load): ``HIPBLASLT_LOG_LEVEL=2`` and ``ROCBLAS_LAYER=1`` on ROCm, ``CUBLASLT_LOG_LEVEL=2`` on CUDA, then once
-more without logging for the timing. Evidence that hipBLASLt ran on ROCm: its matmul log lines, no rocBLAS GEMM
-trace, the profiler's kernel names and ``torch.backends.cuda.preferred_blas_library()``; ``Cijk_`` kernel names
-alone prove nothing (Tensile serves rocBLAS too). On a CPU only the numerics run; the GPU path is ``skipped``.
-An MX artifact takes validate/mx_kernel_probe.py instead: on gfx950 with AITER the native MXFP4 GEMM vLLM runs there
-against the dequantized reference (phase ``mx``); anywhere else ``skipped`` with the device and the reason.
+On a GPU two child processes run: the FP8 linears alone with the BLAS libraries' logging on (it must be set
+before they load; validate/blas_logging.py: hipBLASLt's trace and bench lines and rocBLAS's trace on ROCm,
+cuBLASLt's trace on CUDA, into files the check owns) under the profiler; then, without logging, the numerics
+against the dequantized reference and the timing. The GEMM the artifact's scheme needs (validate/gemm_forms.py) is
+judged alike for every vendor (validate/kernel_judgement.py). On a CPU only the numerics run; the GPU path is
+``skipped``. An MX artifact takes validate/mx_kernel_probe.py instead: on gfx950 with AITER the native MXFP4 GEMM
+vLLM runs there against the dequantized reference, its kernel named (phase ``mx``); anywhere else ``skipped``.
 
 The ``kernel`` object of the report::
 
     {"status": "passed" | "failed" | "skipped", "reason": str, "device": str, "platform": {...},
-     "backend": str | null, "preferred_blas_library": str | null, "kernels": [names], "kernel_counts": {...},
-     "log_evidence": {"library", "hipblaslt_matmul_lines", "rocblas_gemm_lines", "cublaslt_matmul_lines",
-                      "matmul_calls", "fp8_matmul_calls", "operand_types", "output_type", "scale_mode",
-                      "matmul_forms", "gemm_families", "fp8_gemm_families", "other_kernels", "sample"},
-                     # validate/kernel_evidence.py
+     "expected": {"scheme", "element", "scale_mode", "out_type"}, "backend": str | null,
+     "preferred_blas_library": str | null, "kernels": [names], "kernel_counts": {...},
+     "log_evidence": {...},                     # validate/kernel_evidence.py KernelEvidence.to_dict
      "numerics": [{"module", "rows", "format", "max_rel_error", "bit_exact", "tolerance", "ok"}],
      "timing": {"batch_sizes", "layers", "total_bf16_ms", "total_fp8_ms", "fp8_over_bf16", ...} | null,
      "timing_skipped": str}
@@ -34,37 +32,46 @@ import os
 import subprocess
 import sys
 import tempfile
+from dataclasses import asdict
 from pathlib import Path
 
-from eagle3_quant.validate.kernel_evidence import KernelEvidence, scale_words
+from eagle3_quant.validate.blas_logging import LogSettings, log_settings
+from eagle3_quant.validate.gemm_forms import SCHEME_GEMMS, expected_gemm
+from eagle3_quant.validate.kernel_evidence import KernelEvidence
+from eagle3_quant.validate.kernel_judgement import judge, judge_mx
 from eagle3_quant.validate.report import Check, failed, passed, skipped
 
 PROBE_TIMEOUT_S = 900
+MX_SCHEME = "w_mxfp4_a_mxfp4"
 
 
 def probe(out: Path, device: str, phase: str) -> dict:
-    """One phase in this process: "evidence" (numerics + profiler) or "timing"."""
+    """One phase in this process: "evidence" (the FP8 linears under the profiler; its parent logs the BLAS
+    libraries), "measure" (numerics and timing), "numerics" (the CPU), "mx" (the native MX GEMM)."""
     import torch
 
     from eagle3_quant.validate.kernel_probe import numerics, profile_kernels, read_fp8_weights, time_linears
     from eagle3_quant.validate.platform import detect_platform
 
     platform = detect_platform(device)
-    weights = read_fp8_weights(out, platform.device)
-    result: dict = {"platform": platform.to_dict()}
-    if phase in ("evidence", "numerics"):
-        result["numerics"] = numerics(weights, platform)
     if phase == "mx":
         from eagle3_quant.validate.mx_kernel_probe import native_mxfp4_numerics
 
-        return {"platform": platform.to_dict(), "numerics": native_mxfp4_numerics(out, platform.device)}
-    if phase == "evidence" and platform.kind != "cpu":
+        return {"platform": platform.to_dict(), **native_mxfp4_numerics(out, platform.device)}
+    weights = read_fp8_weights(out, platform.device)
+    result: dict = {"platform": platform.to_dict()}
+    if phase == "evidence":
         result.update(profile_kernels(weights, platform))
         tensorwise = all(w.scale.numel() == 1 and w.input_scale is not None for w in weights)
         result["scale_mode"] = "tensorwise" if tensorwise else "rowwise"
         result["preferred_blas_library"] = str(torch.backends.cuda.preferred_blas_library())
-    if phase == "timing" and platform.kind != "cpu":
-        result["timing"] = time_linears(weights, platform)
+        return result
+    result["numerics"] = numerics(weights, platform)
+    if phase == "measure":
+        try:
+            result["timing"] = time_linears(weights, platform)
+        except Exception as exc:   # the numerics stand; the timing says why it is missing
+            result["timing_error"] = f"timing failed: {type(exc).__name__}: {exc}"
     return result
 
 
@@ -76,80 +83,40 @@ def _child(out: Path, device: str, phase: str, env: dict[str, str], workdir: Pat
     if done.returncode != 0 or not result_file.is_file():
         tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
         return {"error": f"probe phase {phase!r} exited with {done.returncode}: {' | '.join(tail)}",
-                "stdout": done.stdout}
+                "output": done.stdout + done.stderr}
     result = json.loads(result_file.read_text())
-    result["stdout"] = done.stdout
+    result["output"] = done.stdout + done.stderr   # a library that cannot open its log file writes to stderr
     return result
 
 
-def _log_env(kind: str, workdir: Path) -> dict[str, str]:
-    if kind == "rocm":
-        return {"HIPBLASLT_LOG_LEVEL": "2", "HIPBLASLT_LOG_FILE": str(workdir / "hipblaslt_%i.log"),
-                "ROCBLAS_LAYER": "1", "ROCBLAS_LOG_TRACE_PATH": str(workdir / "rocblas_trace.log")}
-    return {"CUBLASLT_LOG_LEVEL": "2", "CUBLASLT_LOG_FILE": str(workdir / "cublaslt_%i.log")}
+def _logged_child(out: Path, platform, phase: str, workdir: Path) -> tuple[dict, list[str], LogSettings]:
+    """A child with the BLAS logs on: its result, every log line it wrote, the logging it ran with."""
+    settings = log_settings(platform.kind, workdir, os.environ)
+    run = _child(out, platform.device, phase, settings.env, workdir)
+    logs = sorted(workdir.glob("*.log"))
+    lines = [ln for log in logs for ln in log.read_text(errors="replace").splitlines()]
+    return run, lines + run.get("output", "").splitlines(), settings
 
 
-def judge(kind: str, evidence: KernelEvidence, numerics_ok: bool, scale_mode: str = "rowwise",
-          ) -> tuple[str, str, str | None]:
-    """(status, reason, backend) of the GPU kernel path: the BLAS library's log first, the kernel names second.
-    `scale_mode` is what this artifact's linears pass to ``_scaled_mm`` (rowwise, or tensorwise for per-tensor
-    weights with static inputs)."""
-    if not numerics_ok:
-        return "failed", "scaled_mm results differ from the dequantized reference", None
-    kernels = evidence.describe_kernels()
-    if kind == "rocm":
-        return _judge_rocm(evidence, kernels)
-    return _judge_cuda(evidence, scale_mode, kernels)
+def _with_notes(reason: str, settings: LogSettings) -> str:
+    """The reason, then any logging setting of the user's that the check kept (and what it hid)."""
+    return "; ".join((reason, *(note for note in settings.notes if note not in reason)))
 
 
-def _judge_cuda(evidence: KernelEvidence, scale_mode: str, kernels: str) -> tuple[str, str, str | None]:
-    fp8 = evidence.fp8_calls()
-    if fp8:
-        ran = f"cuBLASLt ran {len(fp8)} FP8 matmuls"
-        odd = [c for c in fp8 if (c.a_type, c.b_type) != ("E4M3", "E4M3")]
-        if odd:
-            return "failed", f"{ran}, {len(odd)} with {odd[0].operands} operands; this artifact's FP8 weights and " \
-                             f"activations are E4M3; {kernels}", "cuBLASLt"
-        modes = sorted({scale_words(c.scale_mode) for c in fp8})
-        if modes != [scale_words(scale_mode)]:
-            return "failed", f"{ran} with {' and '.join(modes)}; this artifact's linears pass " \
-                             f"{scale_words(scale_mode)}; {kernels}", "cuBLASLt"
-        return "passed", f"{ran} ({evidence.form().describe()}); {kernels}", "cuBLASLt"
-    named = evidence.fp8_gemm_families
-    if "CUTLASS" in named:
-        return "passed", f"ATen's CUTLASS FP8 GEMM ran (no cuBLASLt call); {kernels}", "CUTLASS (ATen rowwise)"
-    if evidence.cublaslt:
-        return "failed", f"cuBLASLt ran {len(evidence.cublaslt)} matmuls, none with FP8 operands " \
-                         f"({evidence.form().describe()}); {kernels}", None
-    if not named:
-        return "failed", f"no FP8 GEMM in cuBLASLt's log (CUBLASLT_LOG_LEVEL=2) nor among the profiler's kernels; " \
-                         f"{kernels}", None
-    backend = "cuBLASLt" if any(f.startswith("nvjet") for f in named) else \
-        "cuBLAS" if "cuBLAS xmma" in named else "unknown"
-    return "passed", f"no cuBLASLt log line was written (CUBLASLT_LOG_LEVEL=2); the profiler saw FP8 GEMM " \
-                     f"kernels; {kernels}", backend
-
-
-def _judge_rocm(evidence: KernelEvidence, kernels: str) -> tuple[str, str, str | None]:
-    if not evidence.gemm_families:
-        return "failed", f"the profiler saw no GEMM kernel during the FP8 linears; {kernels}", None
-    if not evidence.hipblaslt_lines:
-        return "failed", "no hipBLASLt matmul log line (HIPBLASLT_LOG_LEVEL=2): hipBLASLt did not run", None
-    if evidence.rocblas_gemm_lines:
-        return "failed", f"rocBLAS traced {evidence.rocblas_gemm_lines} GEMM call(s): a fallback ran", None
-    form = evidence.form()
-    operands = f", {form.describe()}" if form else ""
-    return "passed", f"hipBLASLt ran the FP8 GEMMs ({evidence.hipblaslt_lines} log lines{operands}, no rocBLAS " \
-                     f"GEMM); {kernels}", "hipBLASLt"
+def _quant_config(out: Path) -> dict:
+    """The artifact's Quark ``quantization_config`` ({} when absent or unreadable: the probe reads the tensors)."""
+    try:
+        qc = json.loads((out / "config.json").read_text()).get("quantization_config")
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return qc if isinstance(qc, dict) else {}
 
 
 def _mx_config(out: Path) -> dict | None:
     """The Quark config of an MX artifact, None for any other."""
-    try:
-        qc = json.loads((out / "config.json").read_text()).get("quantization_config") or {}
-    except (OSError, ValueError, AttributeError):
-        return None
-    weight = (qc.get("global_quant_config") or {}).get("weight") if isinstance(qc, dict) else None
+    qc = _quant_config(out)
+    global_config = qc.get("global_quant_config")
+    weight = global_config.get("weight") if isinstance(global_config, dict) else None
     return qc if isinstance(weight, dict) and weight.get("dtype") in ("fp4", "fp6_e2m3", "fp6_e3m2") else None
 
 
@@ -164,11 +131,15 @@ def run_mx_kernel_check(out: Path, platform, quant_config: dict) -> dict:
     if plan.gemm is None:
         return {**base, "status": "skipped", "reason": plan.reason, "numerics": []}
     with tempfile.TemporaryDirectory(prefix="eagle3-mx-kernel-") as tmp:
-        run = _child(out, platform.device, "mx", {}, Path(tmp))
+        run, lines, log_used = _logged_child(out, platform, "mx", Path(tmp))
     if "error" in run:
         return {**base, "status": "failed", "reason": run["error"], "backend": plan.gemm, "numerics": []}
-    status, reason = judge_mx_rows(run["numerics"])
-    return {**base, "status": status, "reason": reason, "backend": plan.gemm, "numerics": run["numerics"]}
+    counts = run.get("kernels", {})
+    evidence = KernelEvidence.read(lines, counts, log_used.describe())
+    status, reason = judge_mx(judge_mx_rows(run["numerics"]), SCHEME_GEMMS[MX_SCHEME], evidence)
+    return {**base, "status": status, "reason": _with_notes(reason, log_used), "backend": plan.gemm,
+            "numerics": run["numerics"],
+            "kernels": sorted(counts), "kernel_counts": counts, "log_evidence": evidence.to_dict()}
 
 
 def run_kernel_check(out: str | Path, device: str | None = None) -> dict:
@@ -193,23 +164,22 @@ def run_kernel_check(out: str | Path, device: str | None = None) -> dict:
                 "(needs sm89+, gfx942 or gfx950)", "kernels": [], "numerics": [], "timing": None,
                 "timing_skipped": "no FP8 GEMMs on this device"}
     with tempfile.TemporaryDirectory(prefix="eagle3-kernel-") as tmp:
-        workdir = Path(tmp)
-        evidence_run = _child(out, platform.device, "evidence", _log_env(platform.kind, workdir), workdir)
-        lines = [ln for log in sorted(workdir.glob("*.log")) for ln in log.read_text(errors="replace").splitlines()]
-        lines += evidence_run.get("stdout", "").splitlines()
-        timing_run = _child(out, platform.device, "timing", {}, workdir)
-    if "error" in evidence_run:
-        return {**base, "status": "failed", "reason": evidence_run["error"], "kernels": [], "timing": None}
+        evidence_run, lines, log_used = _logged_child(out, platform, "evidence", Path(tmp))
+        measure_run = _child(out, platform.device, "measure", {}, Path(tmp)) if "error" not in evidence_run else {}
+    for run in (evidence_run, measure_run):
+        if "error" in run:
+            return {**base, "status": "failed", "reason": run["error"], "kernels": [], "timing": None}
     counts = evidence_run.get("kernels", {})
-    evidence = KernelEvidence.read(lines, counts)
-    numerics_rows = evidence_run["numerics"]
-    status, reason, backend = judge(platform.kind, evidence, all(r["ok"] for r in numerics_rows),
-                                    evidence_run.get("scale_mode", "rowwise"))
-    return {**base, "status": status, "reason": reason, "backend": backend,
+    evidence = KernelEvidence.read(lines, counts, log_used.describe())
+    expected = expected_gemm(_quant_config(out), evidence_run.get("scale_mode", "rowwise")).on(platform.arch)
+    numerics_rows = measure_run["numerics"]
+    status, reason, backend = judge(expected, evidence, all(r["ok"] for r in numerics_rows))
+    return {**base, "status": status, "reason": _with_notes(reason, log_used), "backend": backend,
+            "expected": asdict(expected),
             "preferred_blas_library": evidence_run.get("preferred_blas_library"), "kernels": sorted(counts),
             "kernel_counts": counts, "ops": evidence_run.get("ops", {}), "log_evidence": evidence.to_dict(),
-            "numerics": numerics_rows, "timing": timing_run.get("timing"),
-            "timing_skipped": timing_run.get("error")}
+            "numerics": numerics_rows, "timing": measure_run.get("timing"),
+            "timing_skipped": measure_run.get("timing_error")}
 
 
 def kernel_checks(kernel: dict) -> list[Check]:
@@ -260,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="check a synthetic draft of this shape, quantized here with eagle3-quant first")
     parser.add_argument("--device", default=None, help="cuda, cuda:1 or cpu (default: first GPU, else CPU)")
     parser.add_argument("--json", type=Path, default=None, help="write the result here")
-    parser.add_argument("--phase", choices=("evidence", "timing", "numerics", "mx"), default=None,
+    parser.add_argument("--phase", choices=("evidence", "measure", "numerics", "mx"), default=None,
                         help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.phase:

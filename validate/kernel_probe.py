@@ -2,7 +2,7 @@
 
 - :func:`numerics`: every quantized linear, activations quantized per token, bf16 out, against the dequantized
   reference on the same device (and, on gfx942, after vLLM's e4m3fn -> e4m3fnuz conversion).
-- :func:`profile_kernels`: the GPU kernels the FP8 GEMMs launched, from ``torch.profiler``.
+- :func:`profile_kernels`: the GPU kernels the FP8 GEMMs launched, from ``torch.profiler`` (:func:`profiled`).
 - :func:`time_linears`: vLLM's runtime layers (q/k/v and gate/up fused) at decode batch sizes, timed as an engine
   runs them (CUDA-graph replays, per-token quantization fused) against BF16 ``F.linear`` and the cost model's floor
   (``validate/linear_timing.py``).
@@ -104,17 +104,15 @@ def _run_fp8(w: Fp8Weight, x: torch.Tensor, fnuz: bool) -> torch.Tensor:
     return fp8.fp8_linear(a, scale_a, w.weight, w.scale)
 
 
-def profile_kernels(weights: list[Fp8Weight], platform: Platform) -> dict:
-    """GPU kernel names launched while the FP8 linears ran (quantization kernels included), by count."""
+def profiled(run) -> dict:
+    """``run()`` once to warm up (heuristics and workspace outside the trace), then under ``torch.profiler``: the GPU
+    kernel names it launched and the aten ops it called, by count."""
     from torch.profiler import ProfilerActivity, profile
 
-    xs = [_activations(16, w.weight.shape[1], platform.device, seed=7) for w in weights]
-    for w, x in zip(weights, xs, strict=True):      # warm up: heuristics and workspace outside the trace
-        _run_fp8(w, x, platform.needs_fnuz)
+    run()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        for w, x in zip(weights, xs, strict=True):
-            _run_fp8(w, x, platform.needs_fnuz)
+        run()
         torch.cuda.synchronize()
     kernels: dict[str, int] = {}
     ops: dict[str, int] = {}
@@ -122,6 +120,17 @@ def profile_kernels(weights: list[Fp8Weight], platform: Platform) -> dict:
         table = kernels if event.device_type == torch.autograd.DeviceType.CUDA else ops
         table[event.name] = table.get(event.name, 0) + 1
     return {"kernels": kernels, "ops": {k: v for k, v in ops.items() if k.startswith("aten::")}}
+
+
+def profile_kernels(weights: list[Fp8Weight], platform: Platform) -> dict:
+    """GPU kernel names launched while the FP8 linears ran (quantization kernels included), by count."""
+    xs = [_activations(16, w.weight.shape[1], platform.device, seed=7) for w in weights]
+
+    def run():
+        for w, x in zip(weights, xs, strict=True):
+            _run_fp8(w, x, platform.needs_fnuz)
+
+    return profiled(run)
 
 
 def runtime_layers(weights: list[Fp8Weight]) -> list[Fp8Weight]:

@@ -94,28 +94,36 @@ def _activations(rows: int, k: int, device: str, seed: int) -> torch.Tensor:
     return torch.randn(rows, k, generator=gen).to(device, torch.bfloat16)
 
 
-def native_mxfp4_numerics(out: Path, device: str) -> list[dict]:
-    """On gfx950 with AITER: every MXFP4 linear of OUT through vLLM's native path, against `mx_reference`."""
+def native_mxfp4_numerics(out: Path, device: str) -> dict:
+    """On gfx950 with AITER: every MXFP4 linear of OUT through vLLM's native path, against `mx_reference`
+    (``numerics``), then once more under the profiler (``kernels``: the GEMM kernel names, judged by
+    validate/kernel_judgement.py judge_mx)."""
     from aiter.ops.triton.gemm_afp4wfp4 import gemm_afp4wfp4
     from aiter.ops.triton.quant import dynamic_mxfp4_quant
 
     from eagle3_quant.reading.artifact import read_artifact
+    from eagle3_quant.validate.kernel_probe import profiled
 
     art = read_artifact(out)
-    rows = []
+    rows, calls = [], []
     for i, module in enumerate(art.mx_modules):
         weight = _read(art.checkpoint.tensors[module + ".weight"]).to(device)
         scale = _read(art.checkpoint.tensors[module + ".weight_scale"]).to(device)
         stored_scale = scale.T.contiguous()           # as AiterMxfp4LinearKernel.process_weights_after_loading
         for m in MX_GEMM_ROWS:
             x = _activations(m, weight.shape[1] * 2, device, seed=1000 * i + m)
-            x_q, x_s = dynamic_mxfp4_quant(x)
-            y = torch.empty(m, weight.shape[0], device=device, dtype=torch.bfloat16)
-            gemm_afp4wfp4(x_q, weight, x_s, stored_scale.T, torch.bfloat16, y, None)
-            err = relative_error(y, mx_reference(x, weight, scale))
+
+            def native(x=x, weight=weight, stored_scale=stored_scale, m=m) -> torch.Tensor:
+                x_q, x_s = dynamic_mxfp4_quant(x)
+                y = torch.empty(m, weight.shape[0], device=device, dtype=torch.bfloat16)
+                gemm_afp4wfp4(x_q, weight, x_s, stored_scale.T, torch.bfloat16, y, None)
+                return y
+
+            calls.append(native)
+            err = relative_error(native(), mx_reference(x, weight, scale))
             rows.append({"module": module, "rows": m, "format": "mxfp4 x mxfp4", "max_rel_error": err,
                          "bit_exact": False, "tolerance": MX_TOLERANCE, "ok": err <= MX_TOLERANCE})
-    return rows
+    return {"numerics": rows, **profiled(lambda: [call() for call in calls])}
 
 
 def aiter_found() -> bool:
