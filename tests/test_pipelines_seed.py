@@ -12,15 +12,19 @@ from engine_env import engine_missing
 from test_calib_engine_dump import write_dump
 
 from eagle3_quant.cli.run_cmd import flag_overrides
+from eagle3_quant.engine_layout import EngineLayout
 from eagle3_quant.errors import PipelineSpecError
 from eagle3_quant.pipeline import run_pipeline
-from eagle3_quant.pipeline_spec import load_pipeline
+from eagle3_quant.pipeline_spec import bench_options, calibrate_options, load_pipeline
 from eagle3_quant.records.manifest import Manifest
 
 PIPELINES = sorted((Path(__file__).resolve().parents[1] / "pipelines").glob("*.yaml"))
 SEED = {"kimi-k2.5-eagle3-fp8": ("lightseekorg/kimi-k2.5-eagle3", "moonshotai/Kimi-K2.5"),
         "kimi-k2.5-eagle3-mla-fp8": ("lightseekorg/kimi-k2.5-eagle3-mla", "moonshotai/Kimi-K2.5"),
         "minimax-m2.5-eagle3-fp8": ("thoughtworks/MiniMax-M2.5-Eagle3", "MiniMaxAI/MiniMax-M2.5")}
+
+
+SPLIT = {"kimi-k2.5-eagle3-fp8"}          # the seed's deployment: tensor parallel 8 with expert parallelism
 
 
 def test_the_seed_pipelines_are_all_there():
@@ -32,14 +36,22 @@ def test_every_pipeline_parses_as_run_dry_run_reads_it(path):
     target = yaml.safe_load(path.read_text())["target"]
     if target.startswith("~") and not Path(target).expanduser().is_dir():
         pytest.skip(f"{target} is made by `make real-pair`, not run here")
-    spec = load_pipeline(path, flag_overrides(dry_run=True))
-    assert spec.push.dry_run is True and spec.out == Path(spec.workdir) / "draft-fp8"
+    spec = load_pipeline(path, flag_overrides(repo_id=f"alice/{path.stem}"))
+    assert spec.push.repo_id == f"alice/{path.stem}" and spec.out == Path(spec.workdir) / "draft-fp8"
+    assert load_pipeline(path, flag_overrides(no_push=True)).push.repo_id.startswith("ORG/")   # left to fill in
     if path.stem in SEED:
         assert (spec.source, spec.target) == SEED[path.stem] and spec.scheme == "ptpc_fp8"
-        assert spec.push.repo_id == f"ORG/{path.stem}" and spec.workdir == f"runs/{path.stem}"
-        # calibration is imported from the engine, so validate measures acceptance and the card carries it
-        assert spec.calibrate.from_dump == f"runs/{path.stem}/vllm-dump" and spec.calibrate.format == "vllm"
-        assert spec.calibrate.data is None and spec.validate.enabled
+        assert spec.workdir == f"runs/{path.stem}"
+        # calibration comes from the serving engine, so validate measures acceptance and the card carries it
+        assert spec.validate.enabled
+        if path.stem in SPLIT:        # the target runs split in vLLM, as it is served; bench splits it the same way
+            layout = EngineLayout(tensor_parallel_size=8, enable_expert_parallel=True)
+            assert spec.calibrate.backend == "vllm" and spec.calibrate.data and spec.calibrate.from_dump is None
+            assert calibrate_options(spec).layout() == layout
+            assert bench_options(spec).layout().llm_kwargs() == {**layout.llm_kwargs(), "trust_remote_code": True}
+        else:                         # imported from a dump vLLM wrote
+            assert spec.calibrate.from_dump == f"runs/{path.stem}/vllm-dump" and spec.calibrate.format == "vllm"
+            assert spec.calibrate.data is None
 
 
 def write_pipeline(tmp_path: Path, **calibrate) -> Path:

@@ -81,7 +81,12 @@ def test_publish_workflow_settings_are_valid_pipeline_overrides():
     keys = re.findall(r'--set=([\w.]+)=', script)
     assert {"source", "target", "scheme", "push.repo_id", "push.create_pr", "push.dry_run"} <= set(keys)
     samples = {"push.create_pr": "false", "push.private": "true", "push.dry_run": "true", "scheme": "ptpc_fp8",
-               "push.repo_id": "org/x", "calibrate.data": "", "push.revision": "", "target": "t/t"}
+               "push.repo_id": "org/x", "calibrate.data": "", "push.revision": "", "target": "t/t",
+               "calibrate.tensor_parallel_size": "4", "bench.tensor_parallel_size": "4",
+               "calibrate.enable_expert_parallel": "true", "bench.enable_expert_parallel": "false"}
+    assert {"calibrate.tensor_parallel_size", "bench.tensor_parallel_size", "calibrate.enable_expert_parallel",
+            "bench.enable_expert_parallel"} <= set(keys)      # one layout for both stages that start vLLM
     spec = load_pipeline(ROOT / "pipelines" / "kimi-k2.5-eagle3-fp8.yaml",
                          [f"{k}={samples.get(k, 'x/y')}" for k in keys])
     assert spec.push.repo_id == "org/x" and spec.push.dry_run is True and spec.calibrate.data is None
+    assert spec.calibrate.tensor_parallel_size == spec.bench.tensor_parallel_size == 4

@@ -27,7 +27,7 @@ def print_bench(result) -> None:
     report: BenchRun = result.record
     engine, prompts = report.engine, report.prompts
     console.print(f"[bold]engine[/] {engine.distribution} {engine.version} (torch {engine.torch}) on "
-                  f"{engine.device}, {engine.dtype}; {prompts.count} prompts from "
+                  f"{engine.device}, {engine.dtype}, {engine.ran.describe()}; {prompts.count} prompts from "
                   f"{prompts.source}, {prompts.max_tokens} new tokens, k={report.k}, "
                   "greedy")
     if report.target_precision is not None:
