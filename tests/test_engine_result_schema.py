@@ -40,6 +40,12 @@ GOOD = {"outputs": [[1, 2], [3]], "per_request": [None, {"histogram": [1, 2, 0, 
     ({"load_s": "1"}, "'load_s' is not a finite number of seconds"),
     ({"generated_tokens": True}, "'generated_tokens' is not a count"),
     ({"substituted_ops": {"x": {"why": 1, "calls": 0}}}, "'substituted_ops' is not"),
+    ({"substituted_ops": {"x": {"why": "a", "with": "b", "calls": 2, "processes": ["rank 0"]}}},
+     "'substituted_ops' is not"),
+    ({"substituted_ops": {"x": {"why": "a", "with": "b", "calls": 2, "processes": {"rank 0": -1}}}},
+     "'substituted_ops' is not"),
+    ({"registered_kernels": {"K": {"kernel_type": "mxfp4", "platform": "cpu", "why": "c", "processes": "rank 0"}}},
+     "'registered_kernels' is not"),
 ])
 def test_each_field_is_checked(change, problem):
     assert result_problem(GOOD, 2, 3, 1024) is None

@@ -25,11 +25,18 @@ def _counts(value: Any, length: int | None = None) -> bool:
 
 def _op(row: Any) -> bool:
     if not isinstance(row, dict) or not all(isinstance(row.get(key), str) for key in ("why", "with")) \
-            or not _count(row.get("calls")):
+            or not _count(row.get("calls")) or not _processes(row.get("processes", {}), counted=True):
         return False
     if "compared_calls" not in row:
         return "max_abs_diff" not in row
     return _count(row["compared_calls"]) and _seconds(row.get("max_abs_diff"))
+
+
+def _processes(value: Any, counted: bool) -> bool:
+    """Where a change acted: {process: calls} (counted) or [process, ...]."""
+    if counted:
+        return isinstance(value, dict) and all(isinstance(k, str) and _count(v) for k, v in value.items())
+    return isinstance(value, list) and all(isinstance(k, str) for k in value)
 
 
 def result_problem(result: Any, prompts: int, k: int, vocab_size: int, sweep: dict | None = None) -> str | None:
@@ -63,11 +70,12 @@ def result_problem(result: Any, prompts: int, k: int, vocab_size: int, sweep: di
     ops = result.get("substituted_ops", {})
     if not isinstance(ops, dict) or not all(_op(row) for row in ops.values()):
         return ("'substituted_ops' is not {op: {why: text, with: text, calls: a count, compared_calls: a count and "
-                "max_abs_diff: a finite number, or neither}}")
+                "max_abs_diff: a finite number, or neither, processes: {text: a count}}}")
     kernels = result.get("registered_kernels", {})
     if not isinstance(kernels, dict) or not all(isinstance(row, dict) and all(
-            isinstance(row.get(key), str) for key in ("kernel_type", "platform", "why")) for row in kernels.values()):
-        return "'registered_kernels' is not {kernel: {kernel_type, platform, why: text}}"
+            isinstance(row.get(key), str) for key in ("kernel_type", "platform", "why"))
+            and _processes(row.get("processes", []), counted=False) for row in kernels.values()):
+        return "'registered_kernels' is not {kernel: {kernel_type, platform, why: text, processes: [text]}}"
     if "top_logits" in result:
         problem = _top_problem(result["top_logits"], outputs)
         if problem:

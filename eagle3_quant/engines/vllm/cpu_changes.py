@@ -86,5 +86,7 @@ def merge(reports: list[dict]) -> dict:
 
 
 def everywhere(llm) -> dict:
-    """`merge` of this process's report and every worker's (vLLM's ``collective_rpc``)."""
-    return merge([process_report(), *llm.collective_rpc(process_report)])
+    """`merge` of this process's report and every worker's (vLLM's ``collective_rpc``). Asked of the workers only
+    when changes were made: they import this module through the plugin then, and only then can run its report."""
+    workers = llm.collective_rpc(process_report) if APPLIED else []
+    return merge([process_report(), *workers])
