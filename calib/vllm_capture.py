@@ -134,7 +134,8 @@ def engine_request(engine: VllmEngine, spec, taps: tuple[int, ...], dtype: str, 
 
 
 def check_engine_layout(engine: VllmEngine, spec, taps: tuple[int, ...], dtype: str, opts, out: Path) -> None:
-    """The layout refused before the dataset is read and before the target loads, when vLLM would refuse it."""
+    """The layout refused before the dataset is read and before the target loads, when vLLM would refuse it (the
+    hidden-state export builds no draft: only vLLM's config checks apply)."""
     request = engine_request(engine, spec, taps, dtype, opts, {}, opts.max_model_len or opts.seq_len + 1,
                              export_dir(out))
     check_layout(engine.python, engine.info, opts.layout(), [LayoutRun("the target", "export_child", request)],

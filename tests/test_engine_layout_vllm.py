@@ -98,7 +98,8 @@ def test_a_draft_the_layout_cannot_split_is_refused(real_pair_target):
     assert "16384 is not divisible by 3" in message and "the draft split across the ranks" in message
     assert caught.value.field == "tensor_parallel_size"
     one = {**request, "engine": {}}
-    assert check_layout(python, info, EngineLayout(), [LayoutRun("x", "serve_child", one)]) is None   # nothing to ask
+    # one process: nothing to ask, nothing started
+    assert check_layout(python, info, EngineLayout(), [LayoutRun("x", "serve_child", one)]) == []
 
 
 PLUGIN_PROBE = """

@@ -267,8 +267,9 @@ def bench_draft(out: str | Path, options: BenchOptions | None = None, *, progres
         command = _command(python, info)
         runs = {}
         requests = _requests(opts, target, drafts, prompts, sweep, mx_emulation(info, scheme), info)
-        check_layout(python, info, opts.layout(), [LayoutRun(f"the {name} draft", "serve_child", requests[name])
-                                                   for name in ("reference", "artifact")])
+        for note in check_layout(python, info, opts.layout(), [
+                LayoutRun(f"the {name} draft", "serve_child", requests[name]) for name in ("reference", "artifact")]):
+            progress.say(f"layout check: {note}")
         for name, request in requests.items():
             progress.say(f"vLLM {info.version} on {info.device}: {len(prompts)} prompts x {opts.max_tokens} "
                          f"tokens, draft: {name}, {opts.layout().describe()}")

@@ -29,11 +29,12 @@ class LayoutRun:
 
 
 def check_layout(python: EnginePython, info: EngineInfo, layout: EngineLayout, runs: list[LayoutRun],
-                 way_out: str | None = None) -> dict | None:
-    """vLLM's view of each run under `layout` (None when the layout is one process); `EngineLayoutError` in vLLM's
-    words, naming its file and line, when it refuses one; `way_out` (the verb's alternatives) joins the hint."""
+                 way_out: str | None = None) -> list[str]:
+    """What the check could not judge, in words (nothing for a one-process layout, which starts nothing);
+    `EngineLayoutError` in vLLM's words, naming its file and line, when vLLM refuses a run; `way_out` (the verb's
+    alternatives) joins the hint."""
     if not layout.split:
-        return None
+        return []
     command = ChildCommand(python.path, VLLM_CHILDREN / "layout_child.py",
                            name=f"vLLM's layout check ({info.distribution} {info.version})", env=engine_env(info),
                            unset=("PYTHONPATH",))
@@ -42,7 +43,7 @@ def check_layout(python: EnginePython, info: EngineInfo, layout: EngineLayout, r
     result = run_child(command, request, LAYOUT_TIMEOUT_S).checked()
     refused = result.get("refused")
     if refused is None:
-        return result["runs"]
+        return [f"{name}: {row['note']}" for name, row in result["runs"].items() if row.get("note")]
     where = f", {refused['where']}" if refused.get("where") else ""
     what = "the draft split across the ranks" if refused["stage"] == "draft" else "its configuration"
     hints = [way_out] if way_out else []

@@ -120,30 +120,44 @@ def _parallel(vllm_config) -> dict:
             "distributed_executor_backend": str(parallel.distributed_executor_backend)}
 
 
+def _refusal(entry: dict, stage: str, exc: BaseException) -> dict:
+    return {"run": entry["name"], "stage": stage, "type": type(exc).__name__, "message": _message(exc),
+            "where": _where(exc)}
+
+
 def run(request: dict) -> dict:
+    """A draft that fails to build at the split size is refused only if it builds in one process: a failure at both
+    sizes is this check's own limit (noted, nothing refused), not the layout's."""
     import importlib
 
     import vllm
 
     result: dict = {"vllm": vllm.__version__, "runs": {}}
+    split = request.get("draft_split", 1)
     for entry in request["runs"]:
         if entry["child"] not in CHILDREN:
             raise ValueError(f"unknown child {entry['child']!r}")
         kwargs = importlib.import_module(entry["child"]).llm_kwargs(entry["request"])
-        started, stage = time.perf_counter(), "config"
+        started, note = time.perf_counter(), None
         try:
             config = engine_config(kwargs)
-            draft = None
-            if request.get("draft_split", 1) > 1 and config.speculative_config is not None \
-                    and config.speculative_config.method != "extract_hidden_states":
-                stage = "draft"
-                draft = build_draft(config, request["draft_split"])
         except Exception as exc:  # noqa: BLE001 - vLLM's refusal, whatever its type, goes back in its own words
             traceback.print_exc()
-            result["refused"] = {"run": entry["name"], "stage": stage, "type": type(exc).__name__,
-                                 "message": _message(exc), "where": _where(exc)}
-            return result
-        result["runs"][entry["name"]] = {"parallel": _parallel(config), "draft": draft,
+            return {**result, "refused": _refusal(entry, "config", exc)}
+        draft = None
+        if split > 1 and config.speculative_config is not None \
+                and config.speculative_config.method != "extract_hidden_states":
+            try:
+                draft = build_draft(config, split)
+            except Exception as exc:  # noqa: BLE001
+                traceback.print_exc()
+                try:
+                    build_draft(config, 1)
+                except Exception as single:  # noqa: BLE001
+                    note = f"the draft could not be built to check its split ({_message(single)})"
+                else:
+                    return {**result, "refused": _refusal(entry, "draft", exc)}
+        result["runs"][entry["name"]] = {"parallel": _parallel(config), "draft": draft, "note": note,
                                          "seconds": time.perf_counter() - started}
     return result
 
