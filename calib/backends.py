@@ -7,6 +7,7 @@ from enum import StrEnum
 
 from eagle3_quant.engine_layout import EngineLayout, check_reserved
 from eagle3_quant.errors import CalibrationDataError
+from eagle3_quant.options import COUNT, TIME
 
 
 class Backend(StrEnum):
@@ -39,10 +40,6 @@ def check_backend_options(opts) -> None:
         raise CalibrationDataError("applies to the transformers backend only (vLLM places, batches and threads the "
                                    "target itself: --tensor-parallel-size, --max-num-seqs, --engine-args)",
                                    field=transformers_only[0])
-    value = opts.max_num_seqs
-    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-        raise CalibrationDataError(f"must be an integer >= 1, got {value!r}", field="max_num_seqs")
-    if not opts.engine_timeout > 0:
-        raise CalibrationDataError(f"must be a positive number of seconds, got {opts.engine_timeout!r}",
-                                   field="engine_timeout")
+    COUNT.check(opts.max_num_seqs, "max_num_seqs", CalibrationDataError)
+    TIME.check(opts.engine_timeout, "engine_timeout", CalibrationDataError, required=True)
     check_reserved(opts, RESERVED_ENGINE_ARGS, "calibrate")

@@ -9,7 +9,7 @@ from eagle3_quant.calib.dump_formats import DumpFormat
 from eagle3_quant.calib.target import DTYPE_NAMES
 from eagle3_quant.engine_layout import EngineLayout
 from eagle3_quant.errors import CalibrationDataError
-from eagle3_quant.options import check_device, check_positive, option
+from eagle3_quant.options import AT_LEAST_0, COUNT, LAYER_ID, SEED, check_device, check_positive, option
 from eagle3_quant.reading.target_precision import ONLINE_METHODS
 from eagle3_quant.taps.conventions import TapConvention
 from eagle3_quant.taps.engine_rules import DEFAULT_ENGINE, Engine
@@ -80,13 +80,12 @@ class CalibrationOptions(EngineLayout):
     def __post_init__(self) -> None:
         super().__post_init__()
         for name in ("num_samples", "seq_len", "shard_samples", "shard_bytes"):
-            if getattr(self, name) < 1:
-                raise CalibrationDataError(f"must be at least 1, got {getattr(self, name)}", field=name)
+            COUNT.check(getattr(self, name), name, CalibrationDataError, required=True)
         if self.generate_tokens is None:
             object.__setattr__(self, "generate_tokens", default_generate_tokens(self.seq_len))
         for name in ("min_tokens", "generate_tokens"):
-            if getattr(self, name) < 0:
-                raise CalibrationDataError(f"must not be negative, got {getattr(self, name)}", field=name)
+            AT_LEAST_0.check(getattr(self, name), name, CalibrationDataError, required=True)
+        SEED.check(self.seed, "seed", CalibrationDataError, required=True)
         object.__setattr__(self, "aux_layer_ids", _check_taps(self.tap_convention, self.aux_layer_ids, self.engine))
         check_device(self.device)
         check_positive(self.batch_size, "batch_size")
@@ -126,7 +125,8 @@ class ImportOptions:
             raise CalibrationDataError(f"{self.format!r} is not one of {', '.join(DumpFormat.__members__)}",
                                        field="format")
         if self.dump_layer_ids is not None:
-            object.__setattr__(self, "dump_layer_ids", tuple(int(i) for i in self.dump_layer_ids))
+            for i in self.dump_layer_ids:
+                LAYER_ID.check(i, "dump_layer_ids", CalibrationDataError, required=True)
+            object.__setattr__(self, "dump_layer_ids", tuple(self.dump_layer_ids))
         for name in ("shard_samples", "shard_bytes"):
-            if getattr(self, name) < 1:
-                raise CalibrationDataError(f"must be at least 1, got {getattr(self, name)}", field=name)
+            COUNT.check(getattr(self, name), name, CalibrationDataError, required=True)

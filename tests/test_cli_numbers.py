@@ -133,3 +133,24 @@ def test_number_says_what_is_wrong():
     assert COUNT.problem(2.0) == "2.0 is not an integer in 1..2147483647"
     with pytest.raises(ValueError, match="'1.5' is not an integer"):
         COUNT.parse("1.5")
+
+
+@pytest.mark.parametrize("build, says", [
+    (lambda: __import__("eagle3_quant.bench.options", fromlist=["x"]).BenchOptions(timeout_s=math.inf),
+     "field 'timeout_s': inf is not a finite number"),
+    (lambda: __import__("eagle3_quant.bench.options", fromlist=["x"]).BenchOptions(seed=-1),
+     "field 'seed': -1 is not an integer in 0..4294967295"),
+    (lambda: __import__("eagle3_quant.calib.options", fromlist=["x"]).CalibrationOptions(num_samples=10**12),
+     "field 'num_samples': 1000000000000 is not an integer in 1..2147483647"),
+    (lambda: __import__("eagle3_quant.calib.options", fromlist=["x"]).CalibrationOptions(
+        backend="vllm", engine_timeout=math.nan), "field 'engine_timeout': nan is not a finite number"),
+    (lambda: __import__("eagle3_quant.calib.options", fromlist=["x"]).ImportOptions(dump_layer_ids=(1, math.inf)),
+     "field 'dump_layer_ids': inf is not an integer in 0..100000"),
+])
+def test_the_options_a_pipeline_file_fills_take_the_same_bounds(build, says):
+    """`run PIPELINE.yaml` and the Python API build these options without the CLI's parser: the same ranges hold."""
+    from eagle3_quant.errors import Eagle3QuantError
+
+    with pytest.raises(Eagle3QuantError) as info:
+        build()
+    assert str(info.value) == says

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from eagle3_quant.engine_layout import EngineLayout, check_reserved
 from eagle3_quant.errors import OptionsError
-from eagle3_quant.options import DEVICE_HELP, check_device, check_positive, option
+from eagle3_quant.options import DEVICE_HELP, SEED, TIME, check_device, check_positive, option
 from eagle3_quant.reading.target_precision import ONLINE_METHODS
 
 ENGINE_DTYPES = ("bfloat16", "float16")        # vLLM refuses float32 for Quark checkpoints
@@ -61,8 +61,8 @@ class BenchOptions(EngineLayout):
         if self.dtype not in ENGINE_DTYPES:
             raise OptionsError(f"{self.dtype!r} is not one of {', '.join(ENGINE_DTYPES)} (vLLM serves Quark "
                                "checkpoints in bf16 or fp16 only)", field="dtype")
-        if not self.timeout_s > 0:
-            raise OptionsError(f"must be > 0, got {self.timeout_s!r}", field="timeout_s")
+        TIME.check(self.timeout_s, "timeout_s", required=True)
+        SEED.check(self.seed, "seed", required=True)
         check_device(self.device)
         if self.target_quantization is not None and self.target_quantization not in ONLINE_METHODS:
             raise OptionsError(f"{self.target_quantization!r} is not one of {', '.join(ONLINE_METHODS)}",
