@@ -17,10 +17,14 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from eagle3_quant.errors import SchemeError
 from eagle3_quant.reading.safetensors_header import DTYPE_SIZES, FP8_DTYPES
 from eagle3_quant.reading.scale_names import QUANT_SUFFIXES
+
+if TYPE_CHECKING:
+    from eagle3_quant.schemes import Scheme
 
 READ_PARTS = ("fc", "attention", "mlp", "lm_head", "embedding", "norm", "vocab_map", "extra")
 MATMUL_PARTS = frozenset({"fc", "attention", "mlp", "lm_head"})
@@ -153,15 +157,19 @@ def as_bf16(tensors: Iterable[WeightTensor]) -> list[WeightTensor]:
 
 def quantize_modules(tensors: Iterable[WeightTensor], modules: Iterable[str], *,
                      per_channel: bool = True, static_input: bool = False,
-                     mx_bits: int | None = None) -> list[WeightTensor]:
+                     mx_bits: int | None = None, scheme: Scheme | None = None) -> list[WeightTensor]:
     """Project what a scheme writes for these linears: FP8 weight + float32 scales (per row, or one), or with
-    `mx_bits` an MX weight: `mx_bits`-bit elements packed in bytes + one E8M0 byte per 32 inputs."""
+    `mx_bits` an MX weight: `mx_bits`-bit elements packed in bytes + one E8M0 byte per 32 inputs; with `scheme`
+    (a registered Scheme, its INT4 group resolved) exactly its tensors (`scheme_tensors`)."""
     wanted = set(modules)
     out: list[WeightTensor] = []
     for t in tensors:
         module = t.name.removesuffix(".weight")
         if module not in wanted or not t.name.endswith(".weight"):
             out.append(t)
+            continue
+        if scheme is not None:
+            out += scheme_tensors(scheme, module, t.shape, t.dtype)
             continue
         if mx_bits is not None:
             rows, cols = t.shape
@@ -175,27 +183,64 @@ def quantize_modules(tensors: Iterable[WeightTensor], modules: Iterable[str], *,
     return out
 
 
+def scheme_tensors(scheme: Scheme, module: str, shape: tuple[int, ...], dtype: str = "BF16") -> list[WeightTensor]:
+    """The tensors `scheme` writes for one linear weight [out, in] (`dtype`: the source's, which INT4 scales keep):
+    the weight as stored, with its float shape as `unpacked`, and every scale, zero point and global scale."""
+    rows, cols = shape
+    spec, kind = scheme.weight, scheme.weight.kind
+    weight = WeightTensor(f"{module}.weight", (rows, cols), "F8_E4M3", unpacked=(rows, cols))
+    if kind == "fp8":
+        side = [(f"{module}.weight_scale", (rows,) if spec.granularity == "per_channel" else (), "F32")]
+    elif kind == "mx":
+        weight = replace(weight, dtype="U8", shape=(rows, cols * spec.element_bits // 8))
+        side = [(f"{module}.weight_scale", (rows, cols // MX_GROUP), "U8")]
+    elif kind == "mxfp8":
+        side = [(f"{module}.weight_scale", (rows, cols // MX_GROUP), "U8")]
+    elif kind == "int8":
+        weight = replace(weight, dtype="I8")
+        side = [(f"{module}.weight_scale", (rows,), "F32")]
+    elif kind == "int4":       # AWQ layout: [in, out / 8] int32, scales and zero points per group of inputs
+        packed, groups = -(-rows // 8), cols // spec.group_size
+        weight = replace(weight, dtype="I32", shape=(cols, packed))
+        side = [(f"{module}.weight_scale", (groups, rows), dtype), (f"{module}.weight_zero_point", (groups, packed),
+                                                                     "I32")]
+    else:                      # nvfp4
+        weight = replace(weight, dtype="U8", shape=(rows, cols // 2))
+        side = [(f"{module}.weight_scale", (rows, cols // spec.group_size), "F8_E4M3"),
+                (f"{module}.weight_scale_2", (), "F32"), (f"{module}.input_scale_2", (), "F32")]
+    if scheme.static_input and not spec.nvfp4:
+        side.append((f"{module}.input_scale", (), "F32"))
+    return [weight, *(WeightTensor(name, s, d) for name, s, d in side)]
+
+
 def project_scheme(tensors: Sequence[WeightTensor], scheme: str,
                    modules: Iterable[str] | None = None) -> list[WeightTensor]:
     """What a registered scheme writes for `modules` (default: the default plan's attention + MLP linears)."""
-    from eagle3_quant.schemes import get_scheme
+    from eagle3_quant.schemes import get_scheme, resolve_group
 
-    chosen = get_scheme(scheme)
-    return quantize_modules(tensors, layer_linear_modules(tensors) if modules is None else modules,
-                            per_channel=chosen.weight.granularity == "per_channel",
-                            static_input=not chosen.input.dynamic,
-                            mx_bits=chosen.weight.element_bits if chosen.mx else None)
+    modules = list(layer_linear_modules(tensors) if modules is None else modules)
+    widths = [t.shape[1] for t in tensors if t.name.removesuffix(".weight") in modules and t.name.endswith(".weight")]
+    return quantize_modules(tensors, modules, scheme=resolve_group(get_scheme(scheme), widths))
 
 
 def mark_packed(tensors: Sequence[WeightTensor]) -> list[WeightTensor]:
-    """Packed MX weights (U8 beside a U8 E8M0 weight_scale [out, in / 32]) with their unpacked [out, in]."""
-    scales = {t.name.removesuffix(".weight_scale"): t for t in tensors
-              if t.name.endswith(".weight_scale") and t.dtype == "U8" and len(t.shape) == 2}
+    """Quantized weights read from a checkpoint with their float [out, in]: packed MX (U8 beside a U8 E8M0
+    weight_scale [out, in / 32]), NVFP4 (U8 beside an FP8 weight_scale), INT8 (I8) and INT4 (I32 [in, out / 8]
+    beside a weight_scale [in / group, out])."""
+    scales = {t.name.removesuffix(".weight_scale"): t for t in tensors if t.name.endswith(".weight_scale")}
     out = []
     for t in tensors:
         scale = scales.get(t.name.removesuffix(".weight")) if t.name.endswith(".weight") else None
-        if scale is not None and t.dtype == "U8" and len(t.shape) == 2:
-            t = replace(t, unpacked=(t.shape[0], scale.shape[1] * MX_GROUP))
+        if scale is not None and len(t.shape) == 2 and len(scale.shape) <= 2:
+            rows, cols = t.shape
+            if t.dtype == "U8" and scale.dtype == "U8" and len(scale.shape) == 2:
+                t = replace(t, unpacked=(rows, scale.shape[1] * MX_GROUP))
+            elif t.dtype == "U8" and scale.dtype == "F8_E4M3":
+                t = replace(t, unpacked=(rows, cols * 2))
+            elif t.dtype == "I8":
+                t = replace(t, unpacked=(rows, cols))
+            elif t.dtype == "I32" and len(scale.shape) == 2:
+                t = replace(t, unpacked=(scale.shape[1], rows))
         out.append(t)
     return out
 

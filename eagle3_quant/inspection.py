@@ -11,7 +11,7 @@ from eagle3_quant.engines.vllm.names import exclude_pattern
 from eagle3_quant.reading.config import DraftConfig
 from eagle3_quant.reading.draft import DraftCheckpoint
 from eagle3_quant.reading.hub_headers import read_draft_headers
-from eagle3_quant.schemes import DEFAULT_SCHEME, ENGINES, get_scheme
+from eagle3_quant.schemes import DEFAULT_SCHEME, ENGINES, Scheme, get_scheme
 from eagle3_quant.taps.summary import taps_summary
 
 
@@ -57,16 +57,15 @@ class DraftInspection:
         return asdict(self)
 
 
-def estimate_output_bytes(draft: DraftCheckpoint, quantized_modules: set[str], static_input: bool,
-                          mx_bits: int | None = None) -> int:
-    """FP8: one byte a weight + fp32 scales; MX (`mx_bits`): packed elements + one E8M0 byte per 32 inputs."""
+def estimate_output_bytes(draft: DraftCheckpoint, quantized_modules: set[str], scheme: Scheme) -> int:
+    """The artifact's bytes: every quantized linear as `scheme` writes it (cost.scheme_tensors), the rest as is."""
+    from eagle3_quant.cost import scheme_tensors
+
     total = 0
     for name, info in draft.checkpoint.tensors.items():
         module = name.removesuffix(".weight")
-        if name.endswith(".weight") and module in quantized_modules and mx_bits:
-            total += info.numel * mx_bits // 8 + info.numel // 32 + (4 if static_input else 0)
-        elif name.endswith(".weight") and module in quantized_modules:
-            total += info.numel + 4 * (info.shape[0] + (1 if static_input else 0))
+        if name.endswith(".weight") and module in quantized_modules:
+            total += sum(t.nbytes for t in scheme_tensors(scheme, module, info.shape, info.dtype))
         else:
             total += info.nbytes
     return total
@@ -116,9 +115,7 @@ def inspect_draft(src: str | Path, scheme: str = DEFAULT_SCHEME, exclude: Sequen
         scheme_summary=plan.scheme.summary,
         linears=rows,
         vllm_exclude=[exclude_pattern(d.role) for d in plan.excluded],
-        estimated_output_bytes=estimate_output_bytes(
-            draft, {d.module for d in plan.quantized}, static_input=not plan.scheme.input.dynamic,
-            mx_bits=plan.scheme.weight.element_bits if plan.scheme.mx else None),
+        estimated_output_bytes=estimate_output_bytes(draft, {d.module for d in plan.quantized}, plan.scheme),
         engines=_engines(draft),
         taps=taps_summary(cfg, layers),
         artifact_engines=plan.engines.to_dict(),

@@ -10,7 +10,7 @@ from eagle3_quant.errors import SchemeError
 from eagle3_quant.reading.draft import DraftCheckpoint
 from eagle3_quant.reading.families import DraftFamily
 from eagle3_quant.reading.layout import Part, fused_groups
-from eagle3_quant.schemes import AUTO_ENGINE, Scheme
+from eagle3_quant.schemes import AUTO_ENGINE, Scheme, resolve_group
 
 DEFAULT_EXCLUDE_REASONS = {
     "fc": "default: fuses the aux hidden states; SGLang cannot load it FP8",
@@ -101,6 +101,7 @@ def make_plan(draft: DraftCheckpoint, scheme: Scheme, exclude: Sequence[str] | N
         else:
             keep, reason = True, scheme.name
         decisions.append(LayerDecision(lin.role, lin.module, lin.out_features, lin.in_features, keep, reason))
+    scheme = resolve_group(scheme, [d.in_features for d in decisions if d.quantize])
     plan = QuantPlan(scheme, tuple(decisions), choose_engines(engine, draft.config, draft.format, scheme, quantize_fc))
     _check_fused_groups(plan, fused_groups(draft.config))
     _check_group_widths(plan)
@@ -108,7 +109,8 @@ def make_plan(draft: DraftCheckpoint, scheme: Scheme, exclude: Sequence[str] | N
 
 
 def _check_group_widths(plan: QuantPlan) -> None:
-    """An MX scheme scales groups of 32 input elements: every quantized linear's input width must divide."""
+    """A per-group scheme (MX 32, NVFP4 16, INT4 32-128) scales groups of input elements: every quantized linear's
+    input width must divide."""
     group = plan.scheme.weight.group_size
     for d in plan.quantized:
         if group and d.in_features % group:

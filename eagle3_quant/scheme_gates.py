@@ -36,6 +36,14 @@ MXFP6_E2M3_GATES = SchemeGates(0.95, 0.99, 25.0, "MXFP6 E2M3: measured like FP8 
 MXFP6_E3M2_GATES = SchemeGates(0.90, 0.98, 20.0, "MXFP6 E3M2: 2 mantissa bits; tiny pair 25.5 dB weight SQNR, top-1 "
                                                  "0.929, acceptance 0.991 (0.983..1.000)")
 
+INT8_GATES = SchemeGates(0.95, 0.99, 25.0, "INT8 per-channel weights: more weight SQNR than FP8 E4M3 (7 mantissa bits "
+                                           "against 3); FP8's gates")
+INT4_GATES = SchemeGates(0.85, 0.98, 15.0, "INT4 per group: 4-bit weights like MXFP4 (~20 dB weight SQNR), BF16 "
+                                           "activations; MXFP4's gates")
+NVFP4_GATES = SchemeGates(0.85, 0.98, 15.0, "NVFP4: E2M1 like MXFP4, finer scales (FP8 per 16 inputs); MXFP4's gates")
+MXFP8_GATES = SchemeGates(0.95, 0.99, 25.0, "MXFP8 E4M3: FP8 elements with a power-of-two scale per 32 inputs; "
+                                            "FP8's gates")
+
 SCHEME_GATES: dict[str, SchemeGates] = {
     "ptpc_fp8": FP8_GATES,
     "fp8": FP8_GATES,
@@ -43,6 +51,10 @@ SCHEME_GATES: dict[str, SchemeGates] = {
     "w_mxfp4_a_fp8": MXFP4_GATES,
     "w_mxfp6_e2m3_a_mxfp6_e2m3": MXFP6_E2M3_GATES,
     "w_mxfp6_e3m2_a_mxfp6_e3m2": MXFP6_E3M2_GATES,
+    "w8a8_int8": INT8_GATES,
+    "w4a16_int4": INT4_GATES,
+    "nvfp4": NVFP4_GATES,
+    "w_mxfp8_a_mxfp8": MXFP8_GATES,
 }
 
 

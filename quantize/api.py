@@ -98,6 +98,8 @@ def quantize_draft(src: str | Path, out: str | Path, options: QuantizeOptions | 
             return _quantize_pruned(src, out, opts, command)
         if opts.smooth_alpha is not None:
             return _quantize_smoothed(src, out, opts, command)
+        if get_scheme(opts.scheme).rounding == "awq" and not (opts.rtn or opts.gptq):
+            return _quantize_awq(src, out, opts, command)
         if opts.allow_pickle:
             source = resolve_source(src, opts.revision, include_pickle=True)
             if pickle_only(source.path):
@@ -175,6 +177,21 @@ def _quantize_smoothed(src: str | Path, out: str | Path, opts: QuantizeOptions, 
                          smoothing=record.to_dict(), taps=taps)
 
 
+def _quantize_awq(src: str | Path, out: str | Path, opts: QuantizeOptions, command: list[str]) -> QuantizeResult:
+    """AWQ (w4a16_int4's default): the AWQ-scaled BF16 draft (``quantize/awq.py``) goes through the normal path,
+    rounded to nearest there."""
+    from eagle3_quant.quantize.awq import awq_scaled
+    from eagle3_quant.quantize.calibration import CALIBRATION_STEPS
+
+    draft = _read_served(src, opts)
+    out = check_output_target(Path(out), draft.path, opts.force)
+    plan = make_plan(draft, get_scheme(opts.scheme), opts.exclude, opts.quantize_fc, engine=opts.engine)
+    taps = _serve_taps(draft, opts)
+    with awq_scaled(draft, opts.calib, plan, out, CALIBRATION_STEPS, taps.indices) as (folder, record):
+        return _quantize(folder, out, replace(opts, revision=None), command, origin=draft.source,
+                         smoothing=record.to_dict(), taps=taps)
+
+
 def _read_served(src: str | Path, opts: QuantizeOptions):
     """The draft, refused in one line when no engine can serve it as asked (--engine auto), or when an engine
     --engine names cannot (its format, the scheme, an FP8 fc; engines/choice.py)."""
@@ -187,9 +204,13 @@ def _read_served(src: str | Path, opts: QuantizeOptions):
 
 def _check_resources(draft, out: Path, plan: QuantPlan, in_memory: bool) -> None:
     quantized = {d.module for d in plan.quantized}
-    output_bytes = estimate_output_bytes(draft, quantized, static_input=not plan.scheme.input.dynamic,
-                                         mx_bits=plan.scheme.weight.element_bits if plan.scheme.mx else None)
+    output_bytes = estimate_output_bytes(draft, quantized, plan.scheme)
     check_resources(draft, out, output_bytes, {m + ".weight" for m in quantized}, per_shard=not in_memory)
+
+
+def _in_memory(scheme, opts: QuantizeOptions) -> bool:
+    """Quark's in-memory path: static input scales, GPTQ, or a layout only its in-memory export writes (INT4)."""
+    return scheme.needs_calibration or opts.gptq or not scheme.file_to_file
 
 
 def _quantize(src: str | Path, out: str | Path, opts: QuantizeOptions, command: list[str],
@@ -205,7 +226,7 @@ def _quantize(src: str | Path, out: str | Path, opts: QuantizeOptions, command: 
         scanned_identities = identities((origin or draft.source).path, draft)   # before any tensor is read
         out = check_output_target(Path(out), draft.path, opts.force)
         plan = make_plan(draft, chosen, exclude, quantize_fc, engine=opts.engine)
-        in_memory = chosen.needs_calibration or opts.gptq or auto_exclude is not None   # the whole draft at once
+        in_memory = _in_memory(chosen, opts) or auto_exclude is not None      # the whole draft at once
         _check_resources(draft, out, plan, in_memory)
         check_vocab_map(draft)
     with timer.stage("serve taps (measured on --calib)" if calib is not None and taps is None else "serve taps"):
@@ -237,18 +258,18 @@ def _quantize(src: str | Path, out: str | Path, opts: QuantizeOptions, command: 
             timer.seconds["import quark.torch (background)"] = quark_import.result()[1]
         calibration = gptq = None
         with timer.stage("quark"):
-            if chosen.needs_calibration or opts.gptq:
+            if _in_memory(chosen, opts):
                 from eagle3_quant.quantize.quark_memory import run_in_memory
 
-                made = run_in_memory(draft, plan, calib, staging, device, opts.verbose, gptq=opts.gptq,
-                                     taps=taps.indices)
+                made = run_in_memory(draft, plan, calib if chosen.needs_calibration or opts.gptq else None, staging,
+                                     device, opts.verbose, gptq=opts.gptq, taps=taps.indices)
                 calibration = made.calibration.to_dict() if made.calibration is not None else None
                 gptq = made.gptq.to_dict() if made.gptq is not None else None
             else:
                 from eagle3_quant.quantize.quark_file import run_file_to_file
 
                 run_file_to_file(draft, plan, staging, device, opts.verbose)
-                if device != "cpu" and not plan.scheme.mx:
+                if device != "cpu" and plan.scheme.weight.kind == "fp8":
                     from eagle3_quant.quantize.cpu_bits import match_cpu_bits
 
                     match_cpu_bits(draft, staging, plan)     # the bytes a CPU run writes

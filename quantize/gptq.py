@@ -1,4 +1,4 @@
-"""`quantize --gptq`: Quark's GPTQ rounds the FP8 weights on the inputs the draft really sees.
+"""`quantize --gptq`: Quark's GPTQ rounds the FP8, INT8 or INT4 weights on the inputs the draft really sees.
 
 Quark's own ``GptqProcessor`` walks a decoder stack with one forward per layer; an Eagle3 draft is one layer run
 ``CALIBRATION_STEPS`` times per position (step 0 on the target's aux states, later steps on its own hidden state),
@@ -63,8 +63,12 @@ def _hessian_hook(algorithm, name: str):
 
 @torch.no_grad()
 def round_with_gptq(model: torch.nn.Module, order: Sequence[Sequence[str]], batches: list[dict],
-                    steps: int) -> GptqRecord:
-    """Run GPTQ on `model` (Quark-prepared: each quantized linear has its weight quantizer) in place."""
+                    steps: int, scale_dtype: torch.dtype | None = None) -> GptqRecord:
+    """Run GPTQ on `model` (Quark-prepared: each quantized linear has its weight quantizer) in place.
+
+    `scale_dtype`: Quark's GPTQ sets its group scales in float32 (computed from the float32 weight); INT4 scales are
+    exported in the model's dtype, the one vLLM holds them in, so they are cast back to it before the export rounds
+    the weights to codes with them."""
     from quark.torch.algorithm.gptq.gptq import GPTQ
 
     started = time.perf_counter()
@@ -83,5 +87,7 @@ def round_with_gptq(model: torch.nn.Module, order: Sequence[Sequence[str]], batc
             algorithms[name].quantize(BLOCK_SIZE, DAMP_PERCENT, layer._weight_quantizer.group_size, ACT_ORDER,
                                       True, False, {})
             algorithms[name].free()
+            if scale_dtype is not None:
+                layer._weight_quantizer.scale.data = layer._weight_quantizer.scale.data.to(scale_dtype)
     return GptqRecord(len(batches), batch_positions(batches), steps, [list(g) for g in order],
                       seconds=round(time.perf_counter() - started, 2))

@@ -40,9 +40,11 @@ class QuantizeOptions:
         None, "SmoothQuant scale migration before quantizing (needs --calib): per input channel s = amax(x)^alpha "
               "/ amax(w)^(1-alpha), a power of two, folded exactly into the preceding norms / linears (0.5 is "
               "SmoothQuant's usual value). The artifact loads as any other.")
-    gptq: bool = option(False, "Round the FP8 weights with Quark's GPTQ on the inputs the draft sees in --calib "
-                               "(its own rollout, every draft step): each weight's FP8 code compensates the error "
-                               "of the ones before it. Same scales, bytes and config; needs --calib, FP8 schemes.")
+    gptq: bool = option(False, "Round the weights with Quark's GPTQ on the inputs the draft sees in --calib "
+                               "(its own rollout, every draft step): each weight's code compensates the error "
+                               "of the ones before it. Same scales, bytes and config; needs --calib, FP8, INT8 and "
+                               "INT4 schemes.")
+    rtn: bool = option(False, "w4a16_int4: round to nearest instead of AWQ (no --calib needed).")
     quantize_lm_head: bool = option(False, "Refused: no engine loads a quantized Eagle3 lm_head (the error says "
                                            "why).", pipeline=False)
     verbose: bool = option(False, "Show the libraries' own log (Quark).", pipeline=False)
@@ -86,6 +88,7 @@ class QuantizeOptions:
         if chosen.needs_calibration and self.calib is None:
             raise SchemeError(f"scheme {chosen.name!r} has static input scales and needs calibration data "
                               "(--calib CAL, made by `eagle3-quant calibrate`)", field="calib")
+        self._check_rounding(chosen)
         check_positive(self.draft_vocab, "draft_vocab")
         if self.draft_vocab is not None and self.calib is None:
             raise SchemeError("--draft-vocab ranks tokens by the target's own next tokens: give --calib CAL",
@@ -105,19 +108,37 @@ class QuantizeOptions:
         if self.calib is None:
             raise SchemeError("--smooth-alpha measures each input channel on calibration data: give --calib CAL",
                               field="calib")
-        if chosen.mx or self.draft_vocab is not None or self.allow_pickle:
-            what = "an MX scheme" if chosen.mx else "--draft-vocab" if self.draft_vocab is not None else \
+        per_token = chosen.input.quantized and chosen.weight.granularity in ("per_channel", "per_tensor")
+        if not per_token or self.draft_vocab is not None or self.allow_pickle:
+            what = f"scheme {chosen.name}" if not per_token else "--draft-vocab" if self.draft_vocab is not None else \
                 "--allow-pickle"
-            raise SchemeError(f"--smooth-alpha is for FP8 schemes of a safetensors draft: drop {what}",
+            raise SchemeError(f"--smooth-alpha is for FP8 and INT8 schemes of a safetensors draft: drop {what}",
                               field="smooth_alpha")
 
     def _check_gptq(self, chosen) -> None:
         if self.calib is None:
             raise SchemeError("--gptq takes each linear's input Hessian from calibration data: give --calib CAL "
                               "(made by `eagle3-quant calibrate`)", field="calib")
-        if chosen.mx:
-            raise SchemeError(f"--gptq rounds FP8 E4M3 weights; {chosen.name} has MX weights (Quark's GPTQ would "
-                              "change their shared E8M0 scales): use ptpc_fp8 or fp8", field="gptq")
+        if chosen.mx or chosen.weight.nvfp4:
+            raise SchemeError(f"--gptq rounds FP8, INT8 and INT4 weights; {chosen.name} has block-scaled weights "
+                              "(Quark's GPTQ would change their shared scales): use ptpc_fp8, fp8, w8a8_int8 or "
+                              "w4a16_int4", field="gptq")
+
+    def _check_rounding(self, chosen) -> None:
+        """AWQ is w4a16_int4's default rounding: it needs --calib, unless --rtn or --gptq replaces it."""
+        if self.rtn and chosen.rounding != "awq":
+            raise SchemeError(f"--rtn replaces AWQ, which only w4a16_int4 runs; {chosen.name} already rounds to "
+                              "nearest", field="rtn")
+        if self.rtn and self.gptq:
+            raise SchemeError("--rtn and --gptq are two roundings: choose one", field="rtn")
+        awq = chosen.rounding == "awq" and not (self.rtn or self.gptq)
+        if awq and self.calib is None:
+            raise SchemeError(f"scheme {chosen.name} runs AWQ on calibration data by default: give --calib CAL "
+                              "(made by `eagle3-quant calibrate`), or --rtn to round to nearest", field="calib")
+        if awq and (self.draft_vocab is not None or self.allow_pickle):
+            flag = "--draft-vocab" if self.draft_vocab is not None else "--allow-pickle"
+            raise SchemeError(f"AWQ scales a safetensors draft of the full vocabulary: with {flag} give --rtn or "
+                              "--gptq", field="rtn")
 
     def _check_auto(self) -> None:
         if self.calib is None:
@@ -126,7 +147,8 @@ class QuantizeOptions:
         decided = [name for name, value in (("quantize_fc", self.quantize_fc), ("draft_vocab", self.draft_vocab),
                                             ("auto_exclude", self.auto_exclude),
                                             ("allow_pickle", self.allow_pickle),
-                                            ("smooth_alpha", self.smooth_alpha), ("gptq", self.gptq))
+                                            ("smooth_alpha", self.smooth_alpha), ("gptq", self.gptq),
+                                            ("rtn", self.rtn))
                    if value not in (None, False)]
         if decided:
             flag = decided[0].replace("_", "-")

@@ -1,5 +1,6 @@
-"""Quark's in-memory path: static FP8 (``--scheme fp8``: per-tensor weight and input scales calibrated on what
-the draft receives) and ``--gptq`` (any FP8 scheme, ``quantize/gptq.py``).
+"""Quark's in-memory path: static input scales (``--scheme fp8``, ``w_mxfp4_a_fp8``, NVFP4's global input scale,
+calibrated on what the draft receives), ``--gptq`` (``quantize/gptq.py``) and INT4, whose layout only this path's
+export writes as vLLM loads it (Quark's file-to-file path writes [out, groups] scales and no zero points).
 
 The runtime draft wrapped as a transformers model (`Eagle3QuarkModel`), one calibration batch per sample of
 the calibration set (the target's aux hidden states, aligned as vLLM feeds them), ``quantize_model`` with
@@ -30,6 +31,7 @@ from eagle3_quant.quantize.gptq import GptqRecord, round_with_gptq, rounding_ord
 from eagle3_quant.quantize.quark_file import quark_config, quark_exclude_modules
 from eagle3_quant.quantize.quark_import import import_quark, quark_quiet
 from eagle3_quant.reading.draft import DraftCheckpoint
+from eagle3_quant.reading.layout import fused_groups
 from eagle3_quant.records.calibration import load_calibration
 from eagle3_quant.records.public_names import public_name
 from eagle3_quant.runtime.serving import serving_numerics
@@ -60,8 +62,9 @@ def _input_scales(out: Path) -> dict[str, float]:
     for file in sorted(out.glob("*.safetensors")):
         with safe_open(str(file), framework="pt") as fh:
             for name in fh.keys():
-                if name.endswith(".input_scale"):
-                    scales[name.removesuffix(".input_scale")] = float(fh.get_tensor(name).float().max())
+                for suffix in (".input_scale", ".input_scale_2"):      # NVFP4: the global input scale
+                    if name.endswith(suffix):
+                        scales[name.removesuffix(suffix)] = float(fh.get_tensor(name).float().max())
     return dict(sorted(scales.items()))
 
 
@@ -71,33 +74,42 @@ class InMemoryResult:
     gptq: GptqRecord | None
 
 
-def run_in_memory(draft: DraftCheckpoint, plan: QuantPlan, calib_path: Path, out_dir: Path, device: str,
+def run_in_memory(draft: DraftCheckpoint, plan: QuantPlan, calib_path: Path | None, out_dir: Path, device: str,
                   verbose: bool = False, gptq: bool = False, taps: tuple[int, ...] | None = None) -> InMemoryResult:
+    """`calib_path` None: a weight-only scheme rounded to nearest (INT4), which runs no forward."""
     from transformers import PretrainedConfig
 
     from eagle3_quant.quantize.quark_model import Eagle3QuarkModel
     from eagle3_quant.runtime.loading import load_draft
 
-    calib = check_calibration(draft, load_calibration(calib_path), taps)   # the layers the artifact is served with
+    # the layers the artifact is served with
+    calib = check_calibration(draft, load_calibration(calib_path), taps) if calib_path is not None else None
     # the source's dtype (Quark writes the model's unquantized tensors in it): vLLM's bf16 for bf16 sources
-    runtime = load_draft(draft.path, device=device, embedding=calibration_embedding(draft, calib))
+    runtime = load_draft(draft.path, device=device,
+                         embedding=calibration_embedding(draft, calib) if calib is not None else None)
     prediction = serving_numerics(draft.config.torch_dtype).record(runtime.dtype)
-    batches = calibration_batches(calib, device)
-    static = not plan.scheme.input.dynamic
+    batches = calibration_batches(calib, device) if calib is not None else []
+    static = plan.scheme.static_input
     model = Eagle3QuarkModel(PretrainedConfig.from_dict(dict(draft.config.raw)), runtime, CALIBRATION_STEPS)
     quark = import_quark(verbose)
-    quantizer = quark.ModelQuantizer(quark_config(plan.scheme, quark_exclude_modules(draft, plan), "float32"))
+    # INT4 scales in the model's dtype: vLLM's QuarkW4A16Int4 holds them in it (float32 would be rounded at load)
+    scale_type = None if plan.scheme.weight.kind == "int4" else "float32"
+    shared = [list(roles) for roles in fused_groups(draft.config).values()]
+    quantizer = quark.ModelQuantizer(quark_config(plan.scheme, quark_exclude_modules(draft, plan), scale_type, shared))
     rounding = None
     try:
         with quark_quiet(verbose):
-            # dynamic inputs: the observers see the weights only, one batch runs the prepared model once
-            model = quantizer.quantize_model(model, batches if static else batches[:1])
+            # dynamic inputs: the observers see the weights only, one batch runs the prepared model once; a
+            # weight-only scheme runs none
+            data = batches if static else batches[:1] if plan.scheme.input.quantized else None
+            model = quantizer.quantize_model(model, data or None)
             if gptq:
-                rounding = round_with_gptq(model, rounding_order(draft, plan), batches, CALIBRATION_STEPS)
+                rounding = round_with_gptq(model, rounding_order(draft, plan), batches, CALIBRATION_STEPS,
+                                           runtime.dtype if scale_type is None else None)
             model = quantizer.freeze(model)
             quark.export_safetensors(model, str(out_dir), custom_mode="quark")
     except Exception as exc:  # Quark raises many types; surface one typed error naming the source
-        what = "GPTQ" if gptq else "static FP8"
+        what = "GPTQ" if gptq else plan.scheme.name
         raise QuantizationError(f"Quark {what} quantization failed: {exc}", path=draft.path) from exc
     _restore_config(out_dir, dict(draft.config.raw))
     calibration = None

@@ -34,13 +34,14 @@ from eagle3_quant.quantize.calibration import (
 )
 from eagle3_quant.quantize.checks import check_vocab_map
 from eagle3_quant.quantize.finite_scan import scan_source
+from eagle3_quant.quantize.int_fp4_twins import SIMULATED_KINDS, nvfp4_global, twin
 from eagle3_quant.quantize.options import SensitivityOptions
 from eagle3_quant.reading.draft import DraftCheckpoint, read_draft
 from eagle3_quant.reading.layout import fused_groups
 from eagle3_quant.records.calibration import load_calibration
 from eagle3_quant.records.public_names import public_name
 from eagle3_quant.runtime.serving import serving_numerics
-from eagle3_quant.schemes import Scheme, get_scheme
+from eagle3_quant.schemes import Scheme, get_scheme, resolve_group
 
 
 @dataclass(frozen=True)
@@ -127,6 +128,8 @@ def fp8_versions(runtime, scheme: Scheme, batches: list[dict], groups: dict) -> 
     from eagle3_quant.runtime.fp8_linear import Fp8Linear, harmonize_fused
     from eagle3_quant.runtime.mx_linear import MxLinear, harmonize_fused_mx
 
+    if scheme.weight.kind in SIMULATED_KINDS:
+        return _int_fp4_versions(runtime, scheme, batches, groups)
     absmax = _input_absmax(runtime, batches, CALIBRATION_STEPS) if not scheme.input.dynamic else {}
     out = {}
     for name, linear in runtime.linears().items():
@@ -145,6 +148,29 @@ def fp8_versions(runtime, scheme: Scheme, batches: list[dict], groups: dict) -> 
             harmonize_fused_mx([out[m] for m in modules if isinstance(out[m], MxLinear)])
         elif len(modules) > 1:
             harmonize_fused([out[m] for m in modules])
+    return out
+
+
+def _int_fp4_versions(runtime, scheme: Scheme, batches: list[dict], groups: dict) -> dict[str, torch.nn.Module]:
+    """INT8, INT4, NVFP4 or MXFP8 twins (``int_fp4_twins.py``); NVFP4 shards of a fused layer share their global
+    scales as Quark writes them (its shared groups) and vLLM runs them."""
+    from eagle3_quant.runtime.nvfp4_linear import harmonize_fused_nvfp4
+
+    linears = runtime.linears()
+    scheme = resolve_group(scheme, [linear.weight.shape[1] for name, linear in linears.items()
+                                    if name not in ("fc", "lm_head")])         # the default plan's widths
+    absmax = _input_absmax(runtime, batches, CALIBRATION_STEPS) if scheme.weight.nvfp4 else {}
+    shared = {}
+    for _roles, modules in groups.values():
+        if scheme.weight.nvfp4:
+            scale = nvfp4_global([linears[m].weight.detach() for m in modules if m in linears])
+            shared.update({m: scale for m in modules})
+    out = {name: twin(linear, scheme, linear.bias.detach() if linear.bias is not None else None, absmax.get(name),
+                      shared.get(name))
+           for name, linear in linears.items()}
+    for _roles, modules in groups.values():
+        if scheme.weight.nvfp4 and len(modules) > 1:
+            harmonize_fused_nvfp4([out[m] for m in modules])
     return out
 
 

@@ -192,17 +192,26 @@ def smooth_draft(draft_ckpt: DraftCheckpoint, calib_path: str | Path, alpha: flo
 def smoothed(draft_ckpt: DraftCheckpoint, calib: str | Path, alpha: float, quantized_roles: set[str], out: Path,
              steps: int, taps: tuple[int, ...] | None = None) -> Iterator[tuple[Path, Smoothing]]:
     """Write the smoothed BF16 draft into a hidden folder beside OUT; yield (folder, record); always remove it."""
-    from safetensors.torch import save_file
-
-    from eagle3_quant.quantize.side_files import copy_side_files
-
     total = draft_ckpt.checkpoint.total_bytes
     check_disk(out.parent, total, f"the smoothed BF16 draft ({gb(total)} at most)")
     check_memory(BASE_BYTES + 3 * total, f"smoothing (the draft held in memory, {gb(total)})", draft_ckpt.path)
     tensors, record = smooth_draft(draft_ckpt, calib, alpha, quantized_roles, steps, taps)
-    with scratch_for(out, "smooth") as folder:
+    with written_draft(draft_ckpt, tensors, out, "smooth") as folder:
+        yield folder, record
+
+
+@contextmanager
+def written_draft(draft_ckpt: DraftCheckpoint, tensors: dict[str, torch.Tensor], out: Path, name: str,
+                  ) -> Iterator[Path]:
+    """`tensors` as a BF16 draft (one shard, the source's config and side files) in a hidden folder beside OUT,
+    removed on exit; `tensors` is emptied once written."""
+    from safetensors.torch import save_file
+
+    from eagle3_quant.quantize.side_files import copy_side_files
+
+    with scratch_for(out, name) as folder:
         save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
-        del tensors
+        tensors.clear()
         (folder / "config.json").write_text(json.dumps(draft_ckpt.config.raw, indent=2, allow_nan=False) + "\n")
         copy_side_files(draft_ckpt.path, folder)
-        yield folder, record
+        yield folder

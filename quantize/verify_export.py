@@ -11,12 +11,14 @@ from safetensors import safe_open
 
 from eagle3_quant.errors import QuantizationError
 from eagle3_quant.plan import QuantPlan
+from eagle3_quant.quantize.verify_layouts import check_quant_weight
 from eagle3_quant.reading.checkpoint import read_checkpoint
 from eagle3_quant.reading.draft import DraftCheckpoint
 from eagle3_quant.reading.safetensors_header import TensorInfo, read_header
 from eagle3_quant.records.manifest import MANIFEST_NAME
 from eagle3_quant.util.hashing import ByteRange, FileDigest, RangeVisitor, digest_folder, read_full
 
+NEW_LAYOUTS = ("int8", "int4", "nvfp4", "mxfp8")     # weight kinds (TensorQuantSpec.kind) verify_layouts checks
 READ_THREADS = 2
 PIECE = 4 * 1024 * 1024      # per thread: one piece of OUT and the same piece of the source in memory
 _buffers = threading.local()
@@ -108,6 +110,20 @@ def _check_mx_weight(written: dict[str, TensorInfo], module: str, src_info: Tens
     return added
 
 
+def _check_added_scales(written: dict[str, TensorInfo], names: set[str], where: Path) -> None:
+    """Every float or FP8 scale finite and non-negative (a group of zeros has scale 0; a global or per-channel scale is
+    positive), no E8M0 NaN (0xFF); zero points may hold any code."""
+    for name in sorted(n for n in names if "zero_point" not in n):
+        info = written[name]
+        if info.dtype == "U8":
+            _check_e8m0(info, name, info.shape, where)
+            continue
+        scale = _load(info).to(torch.float32)
+        floor_ok = (scale >= 0) if info.dtype == "F8_E4M3" else (scale > 0)
+        if not bool(torch.isfinite(scale).all()) or not bool(floor_ok.all()):
+            raise QuantizationError("scale is not finite and positive everywhere", path=where, tensor=name)
+
+
 def verify_export(draft: DraftCheckpoint, out: Path, plan: QuantPlan) -> VerifiedExport:
     """Raise QuantizationError on any difference from the plan; return what was checked and every file's digest.
 
@@ -123,7 +139,11 @@ def verify_export(draft: DraftCheckpoint, out: Path, plan: QuantPlan) -> Verifie
         if out_info is None:
             raise QuantizationError("dropped from the output", path=out, tensor=name)
         module = name.removesuffix(".weight")
-        if name.endswith(".weight") and module in quantized and plan.scheme.mx:
+        if name.endswith(".weight") and module in quantized and plan.scheme.weight.kind in NEW_LAYOUTS:
+            added = check_quant_weight(written, module, src_info, plan.scheme, out)
+            _check_added_scales(written, added, out)
+            expected_new |= added
+        elif name.endswith(".weight") and module in quantized and plan.scheme.mx:
             expected_new |= _check_mx_weight(written, module, src_info, plan, out)
         elif name.endswith(".weight") and module in quantized:
             if out_info.dtype != "F8_E4M3" or out_info.shape != src_info.shape:

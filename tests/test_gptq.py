@@ -34,7 +34,7 @@ def test_gptq_is_checked_with_the_other_options(tmp_path):
     with pytest.raises(SchemeError, match="--calib") as info:
         QuantizeOptions(gptq=True)
     assert info.value.field == "calib"
-    with pytest.raises(SchemeError, match="MX weights") as info:
+    with pytest.raises(SchemeError, match="w_mxfp4_a_mxfp4 has block-scaled weights") as info:
         QuantizeOptions(gptq=True, calib=tmp_path, scheme="w_mxfp4_a_mxfp4", engine="vllm")
     assert info.value.field == "gptq"
     with pytest.raises(SchemeError, match="--gptq") as info:

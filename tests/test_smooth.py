@@ -74,7 +74,7 @@ def test_smooth_alpha_is_checked_with_the_other_options(tmp_path):
         QuantizeOptions(smooth_alpha=0.5)
     with pytest.raises(OptionsError, match=r"\[0, 1\]"):
         QuantizeOptions(smooth_alpha=1.5, calib=tmp_path)
-    with pytest.raises(SchemeError, match="MX scheme"):
+    with pytest.raises(SchemeError, match="FP8 and INT8 schemes .*drop scheme w_mxfp4"):
         QuantizeOptions(smooth_alpha=0.5, calib=tmp_path, scheme="w_mxfp4_a_mxfp4", engine="vllm")
     with pytest.raises(SchemeError, match="smooth-alpha"):
         QuantizeOptions(scheme="auto", smooth_alpha=0.5, calib=tmp_path)

@@ -23,6 +23,13 @@ def _tensor(info) -> torch.Tensor:
         return fh.get_tensor(info.name)
 
 
+def _dequantized(art: Fp8Artifact, module: str, linear) -> torch.Tensor:
+    from eagle3_quant.runtime.quant_linears import build_linear
+
+    state = {name: _tensor(art.checkpoint.tensors[name]) for name in (module + ".weight", *linear.tensors)}
+    return build_linear(linear, module, state, None).dequantized_weight(torch.float32)
+
+
 def sqnr_db(reference: torch.Tensor, approx: torch.Tensor) -> float:
     """10 log10(|ref|^2 / |approx - ref|^2) in fp64; inf when identical."""
     ref = reference.to(torch.float64)
@@ -40,10 +47,13 @@ def weight_sqnr(art: Fp8Artifact, reference: DraftCheckpoint) -> list[dict]:
         info = art.checkpoint.tensors[module + ".weight"]
         ref_info = reference.checkpoint.tensors.get(module + ".weight")
         packed = module in art.mx_modules
-        if ref_info is None or ref_info.shape != (mx_unpacked_shape(art.checkpoint.tensors, module) if packed
-                                                  else info.shape):
+        linear = art.quant_linears.get(module)
+        shape = linear.shape if linear else mx_unpacked_shape(art.checkpoint.tensors, module) if packed else info.shape
+        if ref_info is None or ref_info.shape != shape:
             continue
-        if module in art.mx_modules:
+        if linear is not None:      # INT8, INT4, NVFP4, MXFP8: dequantized as the runtime (and vLLM) does
+            dequantized = _dequantized(art, module, linear)
+        elif module in art.mx_modules:
             dequantized = dequantize_mx(_tensor(info), _tensor(art.checkpoint.tensors[module + ".weight_scale"]),
                                         art.mx_element, torch.float32)
         else:

@@ -7,14 +7,20 @@ from eagle3_quant.records.manifest import Manifest
 from eagle3_quant.schemes import SCHEMES
 
 
+def _first(entry):
+    return entry[0] if isinstance(entry, list) and entry else entry
+
+
 def _from_config(quant_config: dict) -> str | None:
-    """The registered MX scheme whose weight and input element dtypes the config declares; None for FP8 and
-    anything else (they take FP8's gates)."""
+    """The registered non-FP8 scheme whose weight and input element dtypes the config declares (an MXFP8 weight is
+    also per group); None for FP8 and anything else (they take FP8's gates)."""
     global_config = quant_config.get("global_quant_config") or {}
-    weight, inputs = global_config.get("weight") or {}, global_config.get("input_tensors") or {}
+    weight, inputs = _first(global_config.get("weight")) or {}, _first(global_config.get("input_tensors")) or {}
     for scheme in SCHEMES.values():
-        if scheme.mx and (scheme.weight.dtype, scheme.input.dtype, scheme.input.dynamic) == (
-                weight.get("dtype"), inputs.get("dtype"), bool(inputs.get("is_dynamic"))):
+        if scheme.weight.kind == "fp8" or (scheme.weight.kind == "mxfp8" and weight.get("qscheme") != "per_group"):
+            continue
+        declared = (inputs.get("dtype", "bf16"), bool(inputs.get("is_dynamic", True)))
+        if scheme.weight.dtype == weight.get("dtype") and (scheme.input.dtype, scheme.input.dynamic) == declared:
             return scheme.name
     return None
 

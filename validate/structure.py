@@ -19,6 +19,7 @@ from eagle3_quant.reading.scale_names import WRITTEN_SCALE_SUFFIXES
 from eagle3_quant.records.artifact import VOCAB_TENSORS, QuantizedArtifact
 from eagle3_quant.records.manifest import MANIFEST_NAME
 from eagle3_quant.taps.written_ids import apply_written
+from eagle3_quant.validate.int_fp4_structure import check_quant_weights, config_weight_dtype
 from eagle3_quant.validate.mx_structure import check_mx_weights
 from eagle3_quant.validate.report import Check, failed, passed, skipped
 
@@ -39,6 +40,8 @@ def _load(info: TensorInfo) -> torch.Tensor:
 def check_fp8_weights(art: Fp8Artifact) -> Check:
     if art.mx_modules:
         return check_mx_weights(art)
+    if art.quant_linears:
+        return check_quant_weights(art)
     tensors, problems = art.checkpoint.tensors, []
     per_channel = (art.quant_config.get("global_quant_config") or {}).get("weight", {}).get("qscheme") \
         == "per_channel"
@@ -122,10 +125,13 @@ def check_unchanged(artifact: QuantizedArtifact, reference: DraftCheckpoint | No
         if name in skip:
             continue
         source = ref.get(name)
-        packed = name.removesuffix(".weight") in art.mx_modules and name.endswith(".weight")
+        module = name.removesuffix(".weight")
+        packed = (module in art.mx_modules or module in art.quant_linears) and name.endswith(".weight")
+        float_shape = (art.quant_linears[module].shape if module in art.quant_linears
+                       else mx_unpacked_shape(out, module)) if packed else None
         if source is None:
             problems.append(f"{name} is not in the reference")
-        elif packed and source.shape != mx_unpacked_shape(out, name.removesuffix(".weight")):
+        elif packed and source.shape != float_shape:
             problems.append(f"{name} has packed shape {list(info.shape)}, the reference {list(source.shape)}")
         elif packed:
             continue
@@ -142,7 +148,7 @@ def check_unchanged(artifact: QuantizedArtifact, reference: DraftCheckpoint | No
     pruning = "" if pruned is None else (f"; vocabulary pruned to {pruned} (lm_head, d2t, t2d verified against the "
                                          "pruned source at export)")
     if folded:
-        pruning += (f"; {len(folded)} BF16 tensors hold the --smooth-alpha scales (verified against the smoothed "
+        pruning += (f"; {len(folded)} BF16 tensors hold the --smooth-alpha or AWQ scales (verified against the scaled "
                     "source at export)")
     return passed("unchanged_parts", f"{same} tensors kept in their source precision are byte-identical to the "
                                      "reference" + pruning)
@@ -166,13 +172,17 @@ def _config_problems(artifact: QuantizedArtifact, reference: DraftCheckpoint | N
         return ["config.json has no quantization_config"]
     global_config = qc.get("global_quant_config") or {}
     weight, inputs = global_config.get("weight") or {}, global_config.get("input_tensors") or {}
-    expected = MX_ELEMENT_DTYPES if art.mx_modules else ("fp8_e4m3",)
+    if art.quant_linears:      # INT8, INT4, NVFP4, MXFP8: the config's weight dtype is quant_weights' check
+        weight = {"dtype": config_weight_dtype(art)}
+        inputs = inputs[0] if isinstance(inputs, list) and inputs else inputs
+    expected = MX_ELEMENT_DTYPES if art.mx_modules else (config_weight_dtype(art),) if art.quant_linears else \
+        ("fp8_e4m3",)
     if weight.get("dtype") not in expected:
         problems.append(f"global_quant_config.weight.dtype is {weight.get('dtype')!r}, expected "
                         f"{' or '.join(map(repr, expected))}")
     elif art.mx_modules:
         problems += _mx_packing_problems(art, weight["dtype"])
-    dynamic = bool(inputs.get("is_dynamic"))
+    dynamic = bool(inputs.get("is_dynamic")) or not inputs      # no input config: weight-only, nothing static
     static_modules = [m for m in art.fp8_modules if f"{m}.input_scale" in art.checkpoint.tensors]
     if dynamic and static_modules:
         problems.append(f"inputs are declared dynamic but {static_modules[0]}.input_scale exists")

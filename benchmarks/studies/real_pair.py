@@ -42,6 +42,10 @@ VARIANTS = (
     Variant("mxfp4 W4A4", ("--scheme", "w_mxfp4_a_mxfp4")),
     Variant("mxfp6 e2m3", ("--scheme", "w_mxfp6_e2m3_a_mxfp6_e2m3")),
     Variant("mxfp6 e3m2", ("--scheme", "w_mxfp6_e3m2_a_mxfp6_e3m2")),
+    Variant("int8 W8A8", ("--scheme", "w8a8_int8"), calib=False),
+    Variant("int4 W4A16 (AWQ)", ("--scheme", "w4a16_int4")),
+    Variant("nvfp4", ("--scheme", "nvfp4")),
+    Variant("mxfp8", ("--scheme", "w_mxfp8_a_mxfp8"), calib=False),
     Variant("--scheme auto", ("--scheme", "auto")),
     Variant("ptpc, --draft-vocab 4096", ("--draft-vocab", "4096")),
     Variant("ptpc --gptq", ("--gptq",)),
@@ -167,17 +171,25 @@ def _interval(value: float | None, ends) -> str:
     return f"{value:.4f} ({ends[0]:.4f}..{ends[1]:.4f})" if ends else f"{value:.4f}"
 
 
-def row(name: str, report: dict) -> str:
+def step_bytes(out: Path) -> int:
+    """What one draft step of the artifact reads (the cost model: `eagle3-quant cost`)."""
+    from eagle3_quant.cost import checkpoint_cost
+
+    return checkpoint_cost(out).written.total_bytes
+
+
+def row(name: str, report: dict, written: int | None = None) -> str:
+    size = f"{written / 1e6:.1f} MB" if written else ""
     if "not_run" in report:
         pred = report.get("offline") or {}
         offline = _interval(pred.get("acceptance_ratio"), pred.get("interval")) if pred else "not run"
-        return f"| {name} | not run in the engine: {report['not_run']} | | | | {offline} | |"
+        return f"| {name} | not run in the engine: {report['not_run']} | | | | {offline} | | {size} |"
     acc, ratio, pred = report["acceptance"], report["acceptance_ratio"], report.get("predicted") or {}
     ref, art = acc["reference"], acc["artifact"]
     per_pos = "/".join(f"{p:.2f}" for p in art.get("per_position", []))
     return (f"| {name} | {ref['acceptance_length']:.3f} | {art['acceptance_length']:.3f} | {per_pos} | "
             f"{_interval(ratio['ratio'], ratio['interval'])} | "
-            f"{_interval(pred.get('acceptance_ratio'), pred.get('interval'))} | {_lossless(report)} |")
+            f"{_interval(pred.get('acceptance_ratio'), pred.get('interval'))} | {_lossless(report)} | {size} |")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -204,15 +216,16 @@ def main(argv: list[str] | None = None) -> None:
         if "not_run" in report:
             heldout = heldout_calibration(args.cache, target, args.num_prompts, args.max_tokens)
             report["offline"] = offline_prediction(out, heldout, target)
-        results["rows"][variant.name] = {"quantize_s": quantize_s, "bench": report}
+        results["rows"][variant.name] = {"quantize_s": quantize_s, "bench": report, "step_bytes": step_bytes(out)}
         RESULTS.parent.mkdir(parents=True, exist_ok=True)
         RESULTS.write_text(json.dumps(results, indent=1) + "\n")
     results["activations"] = activation_outliers(cal, target)
     RESULTS.write_text(json.dumps(results, indent=1) + "\n")
-    print("| variant | BF16 AL | artifact AL | per position | ratio (95% CI) | predicted ratio (95% CI) | lossless |")
-    print("|---|---|---|---|---|---|---|")
+    print("| variant | BF16 AL | artifact AL | per position | ratio (95% CI) | predicted ratio (95% CI) | lossless | "
+          "step bytes |")
+    print("|---|---|---|---|---|---|---|---|")
     for name, entry in results["rows"].items():
-        print(row(name, entry["bench"]))
+        print(row(name, entry["bench"], entry.get("step_bytes")))
     print("\n| linear input | max abs | 99.99th pct | median channel max | top channels (channel, max) |")
     print("|---|---|---|---|---|")
     for name, s in results["activations"].items():

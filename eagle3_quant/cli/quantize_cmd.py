@@ -36,6 +36,7 @@ def quantize_command(
     smooth_alpha: Annotated[float | None, number_option(FRACTION, help=help_of(Q, "smooth_alpha"))]
     = default(Q, "smooth_alpha"),
     gptq: Annotated[bool, typer.Option("--gptq", help=help_of(Q, "gptq"))] = default(Q, "gptq"),
+    rtn: Annotated[bool, typer.Option("--rtn", help=help_of(Q, "rtn"))] = default(Q, "rtn"),
     force: Annotated[bool, typer.Option("--force", help=help_of(Q, "force"))] = default(Q, "force"),
     revision: Annotated[str | None, typer.Option(help=help_of(Q, "revision"))] = default(Q, "revision"),
     verbose: Annotated[bool, typer.Option("--verbose", help=help_of(Q, "verbose"))] = default(Q, "verbose"),
@@ -56,7 +57,7 @@ def quantize_command(
     from eagle3_quant.util.formatting import human_bytes
 
     options = Q(scheme=scheme.value, exclude=tuple(exclude or ()), quantize_fc=quantize_fc, device=device,
-                calib=calib, auto_exclude=auto_exclude, smooth_alpha=smooth_alpha, gptq=gptq, force=force,
+                calib=calib, auto_exclude=auto_exclude, smooth_alpha=smooth_alpha, gptq=gptq, rtn=rtn, force=force,
                 revision=revision, verbose=verbose,
                 allow_pickle=allow_pickle, draft_vocab=draft_vocab, quantize_lm_head=quantize_lm_head,
                 min_acceptance_ratio=min_acceptance_ratio, engine=engine.value, serve_taps=serve_taps.value)

@@ -13,6 +13,7 @@ from pathlib import Path
 from eagle3_quant.reading.checkpoint import Checkpoint, read_checkpoint
 from eagle3_quant.reading.config import DraftConfig, parse_config, read_config_file
 from eagle3_quant.reading.formats import detect_format
+from eagle3_quant.reading.int_fp4_layout import QuantLinear, quant_linears
 from eagle3_quant.reading.layout import DraftLayout, build_layout
 from eagle3_quant.reading.mx_format import ELEMENT_BITS
 from eagle3_quant.reading.mx_layout import mx_modules, mx_unpacked_shape, mx_weight_element
@@ -32,9 +33,10 @@ class Fp8Artifact:
     raw_config: dict
     config: DraftConfig
     layout: DraftLayout
-    fp8_modules: tuple[str, ...]          # every quantized linear: FP8, or packed MX when `mx_modules` names it
-    mx_modules: tuple[str, ...] = ()
+    fp8_modules: tuple[str, ...]          # every quantized linear: FP8, packed MX when `mx_modules` names it, INT8,
+    mx_modules: tuple[str, ...] = ()      # INT4, NVFP4 or MXFP8 when `quant_linears` does
     config_digest: FileDigest | None = None   # of the config.json bytes `raw_config` was parsed from
+    quant_linears: dict[str, QuantLinear] = dataclasses.field(default_factory=dict)
 
     @property
     def quant_config(self) -> dict:
@@ -55,16 +57,19 @@ def read_artifact(out: Path) -> Fp8Artifact:
     raw, config_digest = read_config_file(out / "config.json")
     checkpoint = read_checkpoint(out)
     mx = tuple(sorted(mx_modules(checkpoint.tensors, out)))
-    fp8 = tuple(sorted({n.removesuffix(".weight") for n, i in checkpoint.tensors.items() if i.dtype in FP8_DTYPES}
-                       | set(mx)))
+    others = quant_linears(checkpoint.tensors, out)
+    fp8 = tuple(sorted({n.removesuffix(".weight") for n, i in checkpoint.tensors.items() if i.dtype in FP8_DTYPES
+                        and n.endswith(".weight")} | set(mx) | set(others)))
     scales = {f"{m}.{s}" for m in fp8 for s in WRITTEN_SCALE_SUFFIXES}
     view = {n: dataclasses.replace(i, dtype="BF16") if i.dtype in FP8_DTYPES else i
             for n, i in checkpoint.tensors.items() if n not in scales}
     for module in mx:      # packed MX: the float width is 32 per E8M0 scale
         view[module + ".weight"] = dataclasses.replace(view[module + ".weight"], dtype="BF16",
                                                        shape=mx_unpacked_shape(checkpoint.tensors, module))
+    for module, linear in others.items():
+        view[module + ".weight"] = dataclasses.replace(view[module + ".weight"], dtype="BF16", shape=linear.shape)
     fmt = detect_format(view, raw, str(out))
     float_raw = {k: v for k, v in raw.items() if k != "quantization_config"}
     config = parse_config(float_raw, fmt, out / "config.json")
     layout = build_layout(fmt, config, view, str(out))
-    return Fp8Artifact(out, checkpoint, raw, config, layout, fp8, mx, config_digest)
+    return Fp8Artifact(out, checkpoint, raw, config, layout, fp8, mx, config_digest, others)

@@ -7,7 +7,7 @@ Standard library only: the engine children load this file by its path (`engines/
 from __future__ import annotations
 
 MX_BLOCK = 32
-ELEMENT_BITS = {"fp4": 4, "fp6_e2m3": 6, "fp6_e3m2": 6}
+ELEMENT_BITS = {"fp4": 4, "fp6_e2m3": 6, "fp6_e3m2": 6, "fp8_e4m3": 8}   # MXFP8: float8_e4m3fn, one a byte
 
 
 def unpacked_width(packed_cols: int, element: str) -> int:

@@ -23,6 +23,8 @@ def mx_modules(tensors: Mapping[str, TensorInfo], where: Path) -> dict[str, bool
         scale = tensors.get(module + ".weight_scale")
         if scale is None:
             raise DraftFormatError("packed MX (U8) weight without weight_scale", path=where, tensor=name)
+        if scale.dtype == "F8_E4M3":      # NVFP4: FP8 group scales (int_fp4_layout.py)
+            continue
         if scale.dtype != "U8" or len(scale.shape) != 2 or scale.shape[0] != info.shape[0] or \
                 element_bits_of(info.shape[1], scale.shape[1]) is None:
             raise DraftFormatError(f"weight_scale must be E8M0 U8 [{info.shape[0]}, in/{MX_BLOCK}] for a weight packed "

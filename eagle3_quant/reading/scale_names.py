@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-QUANT_SUFFIXES = ("weight_scale", "input_scale", "weight_zero_point", "input_zero_point", "output_scale")
-# What this project's FP8 and MX exports write per quantized linear. Reading an artifact back strips exactly these,
-# so a zero point or output scale that no scheme here writes stays visible as an unexpected tensor.
-WRITTEN_SCALE_SUFFIXES = ("weight_scale", "input_scale")
+QUANT_SUFFIXES = ("weight_scale", "input_scale", "weight_zero_point", "input_zero_point", "output_scale",
+                  "weight_scale_2", "input_scale_2")
+# What this project's exports write per quantized linear (INT zero points; NVFP4's global scales). Reading an artifact
+# back strips exactly these, so an input zero point or output scale that no scheme here writes stays visible as an
+# unexpected tensor.
+WRITTEN_SCALE_SUFFIXES = ("weight_scale", "input_scale", "weight_zero_point", "weight_scale_2", "input_scale_2")

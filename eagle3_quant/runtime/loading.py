@@ -12,6 +12,7 @@ from eagle3_quant.errors import DraftFormatError
 from eagle3_quant.reading.checkpoint import Checkpoint, read_checkpoint
 from eagle3_quant.reading.config import DraftConfig, load_config_file, parse_config
 from eagle3_quant.reading.formats import detect_format
+from eagle3_quant.reading.int_fp4_layout import QuantLinear, quant_linears
 from eagle3_quant.reading.layout import EMBEDDING_NAMES, build_layout, fused_groups
 from eagle3_quant.reading.mx_layout import (
     has_input_scale,
@@ -27,6 +28,7 @@ from eagle3_quant.runtime.embedding import read_target_embedding, read_target_lm
 from eagle3_quant.runtime.fp8_linear import FP8_MODES, Fp8Linear, harmonize_fused, to_fnuz
 from eagle3_quant.runtime.model import Eagle3Draft
 from eagle3_quant.runtime.mx_linear import MxLinear, harmonize_fused_mx
+from eagle3_quant.runtime.quant_linears import check_fused, place_quant_linears
 from eagle3_quant.runtime.spec import resolve_spec
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
@@ -34,11 +36,14 @@ DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch
 IGNORED = ("verifier_lm_head.weight", "verifier_norm.weight")
 
 
-def _fp8_modules(tensors: dict[str, TensorInfo], where: Path) -> dict[str, bool]:
-    """Module -> has a static input_scale, for every FP8 weight; checks dtypes and scale shapes."""
+def _fp8_modules(tensors: dict[str, TensorInfo], where: Path, others: dict[str, QuantLinear]) -> dict[str, bool]:
+    """Module -> has a static input_scale, for every FP8 weight (MXFP8 ones are in `others`); checks dtypes and
+    scale shapes, and that every scale belongs to a quantized weight."""
+    mxfp8_weights = {m + ".weight" for m, q in others.items() if q.kind == "mxfp8"} | {
+        name for q in others.values() for name in q.tensors}        # NVFP4's FP8 group scales
     modules = {}
     for name, info in tensors.items():
-        if info.dtype != "F8_E4M3":
+        if info.dtype != "F8_E4M3" or name in mxfp8_weights:
             continue
         if not name.endswith(".weight") or len(info.shape) != 2:
             raise DraftFormatError(f"FP8 tensor {list(info.shape)} is not a linear weight", path=where, tensor=name)
@@ -52,23 +57,26 @@ def _fp8_modules(tensors: dict[str, TensorInfo], where: Path) -> dict[str, bool]
         modules[module] = has_input_scale(tensors, module, where)
     mx = mx_modules(tensors, where)
     orphans = [n for n in tensors if n.endswith(tuple(f".{s}" for s in WRITTEN_SCALE_SUFFIXES))
-               and n.rsplit(".", 1)[0] not in modules and n.rsplit(".", 1)[0] not in mx]
+               and n.rsplit(".", 1)[0] not in modules and n.rsplit(".", 1)[0] not in mx
+               and n.rsplit(".", 1)[0] not in others]
     if orphans:
         raise DraftFormatError("scale without an FP8 weight", path=where, tensor=orphans[0])
     return modules
 
 
 def _float_view(tensors: dict[str, TensorInfo], fp8: dict[str, bool], mx: dict[str, bool] | None = None,
-                ) -> dict[str, TensorInfo]:
+                others: dict[str, QuantLinear] | None = None) -> dict[str, TensorInfo]:
     """The checkpoint as if it were the BF16 source, so the shared layout checks apply unchanged."""
     view = {}
-    mx = mx or {}
+    mx, others = mx or {}, others or {}
     for name, info in tensors.items():
         module, _, suffix = name.rpartition(".")
-        if (module in fp8 or module in mx) and suffix in WRITTEN_SCALE_SUFFIXES:
+        if (module in fp8 or module in mx or module in others) and suffix in WRITTEN_SCALE_SUFFIXES:
             continue
         if module in mx and suffix == "weight":     # packed MX: the float width is 32 per E8M0 scale
             info = dataclasses.replace(info, dtype="BF16", shape=mx_unpacked_shape(tensors, module))
+        if module in others and suffix == "weight":
+            info = dataclasses.replace(info, dtype="BF16", shape=others[module].shape)
         view[name] = dataclasses.replace(info, dtype="BF16") if info.dtype == "F8_E4M3" else info
     return view
 
@@ -96,8 +104,9 @@ def _read_tensors(checkpoint: Checkpoint, names: set[str]) -> dict[str, torch.Te
 
 def _place_fp8(draft: Eagle3Draft, state: dict[str, torch.Tensor], fp8: dict[str, bool], mode: str,
                dtype: torch.dtype, mx: dict[str, bool] | None = None, mx_input: str = "none",
-               mx_element: str = "fp4") -> None:
-    mx = mx or {}
+               mx_element: str = "fp4", others: dict[str, QuantLinear] | None = None) -> None:
+    mx, others = mx or {}, others or {}
+    place_quant_linears(draft, state, others, dtype)
     for module in mx:
         parent_name, _, child = module.rpartition(".")
         parent = draft.get_submodule(parent_name) if parent_name else draft
@@ -118,6 +127,7 @@ def _place_fp8(draft: Eagle3Draft, state: dict[str, torch.Tensor], fp8: dict[str
     for fused, roles in fused_groups(draft.config).items():
         part = "mlp" if fused == "gate_up_proj" else "self_attn"
         names = [f"{prefix}{part}.{role}" for role in roles]
+        check_fused(names, roles, others, draft)
         quantized = [n in fp8 for n in names]
         in_mx = [n in mx for n in names]
         if any(in_mx) and not all(in_mx):
@@ -166,13 +176,14 @@ def load_draft(path: str | Path, device: str | torch.device | None = None, dtype
     raw, checkpoint = read or (load_config_file(where / "config.json"), read_checkpoint(where))
     fmt = detect_format(checkpoint.tensors, raw, str(where))
     cfg = parse_config(raw, fmt, where / "config.json")
-    fp8 = _fp8_modules(checkpoint.tensors, where)
+    others = quant_linears(checkpoint.tensors, where)
+    fp8 = _fp8_modules(checkpoint.tensors, where, others)
     mx = mx_modules(checkpoint.tensors, where)
     mx_input = mx_input_kind(raw, mx, where)
     mx_element = mx_weight_element(raw, where) if mx else "fp4"
     _check_static_config(cfg, fp8, where)
     float_cfg = dataclasses.replace(cfg, raw={k: v for k, v in raw.items() if k != "quantization_config"})
-    layout = build_layout(fmt, float_cfg, _float_view(checkpoint.tensors, fp8, mx), str(where))
+    layout = build_layout(fmt, float_cfg, _float_view(checkpoint.tensors, fp8, mx, others), str(where))
     spec = resolve_spec(cfg, fmt)
     dtype = dtype or DTYPES.get(cfg.torch_dtype, torch.bfloat16)
 
@@ -183,7 +194,7 @@ def load_draft(path: str | Path, device: str | torch.device | None = None, dtype
                                "but there is no d2t map", path=where, tensor="d2t")
     with torch.device("meta"):
         draft = Eagle3Draft(spec, dtype, embedding_name=embedding_name, vocab_maps=has_maps)
-    wanted = set(draft.state_dict()) | {f"{m}.{s}" for m in (*fp8, *mx) for s in ("weight_scale", "input_scale")}
+    wanted = set(draft.state_dict()) | {f"{m}.{s}" for m in (*fp8, *mx, *others) for s in WRITTEN_SCALE_SUFFIXES}
     skipped = {"input_norm.weight"} if not spec.norm_before_fc else set()  # vLLM skips it too
     unexpected = sorted(set(checkpoint.tensors) - wanted - set(IGNORED) - skipped)
     if unexpected:
@@ -196,10 +207,10 @@ def load_draft(path: str | Path, device: str | torch.device | None = None, dtype
         t2d = torch.zeros(cfg.vocab_size, dtype=torch.bool)
         t2d[torch.arange(cfg.draft_vocab_size) + state["d2t"]] = True
         state["t2d"] = t2d
-    _place_fp8(draft, state, fp8, fp8_mode, dtype, mx, mx_input, mx_element)
+    _place_fp8(draft, state, fp8, fp8_mode, dtype, mx, mx_input, mx_element, others)
     state = {n: t.to(dtype) if t.is_floating_point() else t for n, t in state.items()}
     missing = sorted(set(draft.state_dict()) - set(state) - {n for n in draft.state_dict() if n.startswith(
-        tuple((*fp8, *mx)))})
+        tuple((*fp8, *mx, *others)))})
     if missing:
         hint = ("the draft shares the target's lm_head: pass lm_head= (the target's folder or its [V, H] weight)"
                 if layout.shared_lm_head and "lm_head.weight" in missing else None)

@@ -24,10 +24,14 @@ from eagle3_quant.reading.families import DraftFamily
 from eagle3_quant.reading.formats import DraftFormat
 from eagle3_quant.runtime.attention import Attention, CausalContext
 from eagle3_quant.runtime.fp8_linear import Fp8Linear
+from eagle3_quant.runtime.int_linear import Int4Linear, Int8Linear
 from eagle3_quant.runtime.mla import MlaAttention
 from eagle3_quant.runtime.mx_linear import MxLinear
+from eagle3_quant.runtime.nvfp4_linear import NvFp4Linear
 from eagle3_quant.runtime.rope import RopeTable
 from eagle3_quant.runtime.spec import RuntimeSpec, resolve_spec
+
+LINEAR_TYPES = (nn.Linear, Fp8Linear, MxLinear, Int8Linear, Int4Linear, NvFp4Linear)
 
 
 class RMSNorm(nn.Module):
@@ -184,8 +188,8 @@ class Eagle3Draft(nn.Module):
             self.external_embedding = weight.detach().to(self.dtype).to(self.fc.weight.device)
 
     def linears(self) -> dict[str, nn.Module]:
-        """Checkpoint module name -> linear (float, FP8 or MXFP4), for every linear role."""
-        return {name: m for name, m in self.named_modules() if isinstance(m, nn.Linear | Fp8Linear | MxLinear)}
+        """Checkpoint module name -> linear (float, FP8, MX, INT8, INT4 or NVFP4), for every linear role."""
+        return {name: m for name, m in self.named_modules() if isinstance(m, LINEAR_TYPES)}
 
     def set_fp8_mode(self, mode: str) -> None:
         for module in self.modules():

@@ -29,7 +29,8 @@ from eagle3_quant.reading.mx_format import (  # noqa: F401 - the format's shape 
 
 E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
 # element dtype -> (exponent bits, mantissa bits, emax, largest value)
-MX_ELEMENTS = {"fp4": (2, 1, 2, 6.0), "fp6_e2m3": (2, 3, 2, 7.5), "fp6_e3m2": (3, 2, 4, 28.0)}
+MX_ELEMENTS = {"fp4": (2, 1, 2, 6.0), "fp6_e2m3": (2, 3, 2, 7.5), "fp6_e3m2": (3, 2, 4, 28.0),
+               "fp8_e4m3": (4, 3, 8, 448.0)}
 
 
 def element_table(element: str, device: torch.device | str | None = None) -> torch.Tensor:
@@ -86,6 +87,8 @@ def unpack_elements(packed: torch.Tensor, element: str) -> torch.Tensor:
     """A packed MX weight -> its elements as float32 (before the scales)."""
     if element == "fp4":
         return unpack_e2m1(packed)
+    if element == "fp8_e4m3":       # MXFP8: float8_e4m3fn bytes, unpacked
+        return packed.view(torch.float8_e4m3fn).to(torch.float32)
     return element_table(element, packed.device)[unpack_fp6_codes(packed).long()]
 
 
@@ -153,6 +156,8 @@ def quantize_mx(weight: torch.Tensor, element: str) -> tuple[torch.Tensor, torch
     codes = codes | (torch.signbit(values) & (values != 0)).to(torch.int32) * half
     if element == "fp4":
         packed = (codes[:, 0::2] | (codes[:, 1::2] << 4)).to(torch.uint8)
+    elif element == "fp8_e4m3":
+        packed = values.to(torch.float8_e4m3fn).view(torch.uint8)
     else:
         packed = pack_fp6_codes(codes)
     exponent = torch.log2(scale.squeeze(-1)).to(torch.int32) + 127

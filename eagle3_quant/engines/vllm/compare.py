@@ -56,13 +56,14 @@ def _read(artifact: Path) -> dict[str, torch.Tensor]:
     return out
 
 
-def _shard(param: torch.Tensor, shard: int, shards: int, rows: list[int]) -> torch.Tensor | None:
+def _shard(param: torch.Tensor, shard: int, shards: int, rows: list[int], axis: int = 0) -> torch.Tensor | None:
+    """One shard of a fused parameter: rows along `axis` (1 for INT4's [in, out / 8] tensors)."""
     if param.numel() == shards and sum(rows) != shards:          # one per-tensor scale per shard
         return param.reshape(-1)[shard:shard + 1]
-    if param.shape[0] != sum(rows):
+    if param.dim() <= axis or param.shape[axis] != sum(rows):
         return None
     start = sum(rows[:shard])
-    return param[start:start + rows[shard]]
+    return param.narrow(axis, start, rows[shard])
 
 
 def _unpadded(param: torch.Tensor, tensor: torch.Tensor) -> torch.Tensor:
@@ -88,10 +89,12 @@ def compare_loaded(artifact: Path, record: dict, model) -> dict:
 
     params: dict[str, torch.Tensor] = record["params"]
     rows: dict[tuple[str, str], list[int]] = {}
+    int4 = {n.removesuffix(".weight") for n, t in tensors.items() if n.endswith(".weight") and t.dtype == torch.int32}
+    axis = {n: 1 if n.rsplit(".", 1)[0] in int4 else 0 for n in tensors}     # INT4: fused along the output dim
     for name, tensor in tensors.items():
         target, role, shard, shards = vllm_name(name, stacked)
         if role is not None:
-            size = tensor.shape[0] if tensor.dim() else 1
+            size = tensor.shape[axis[name]] if tensor.dim() else 1
             rows.setdefault((target, name.rsplit(".", 1)[-1]), [0] * shards)[shard] = size
     given = set(record["given"])
     skipped, missing, differing, identical = [], [], [], []
@@ -105,7 +108,7 @@ def compare_loaded(artifact: Path, record: dict, model) -> dict:
             continue
         loaded = params[target]
         if role is not None:
-            loaded = _shard(loaded, shard, shards, rows[(target, name.rsplit(".", 1)[-1])])
+            loaded = _shard(loaded, shard, shards, rows[(target, name.rsplit(".", 1)[-1])], axis[name])
         elif target.startswith("lm_head."):
             loaded = _unpadded(loaded, tensor)
         if loaded is None or not _same_bytes(loaded, tensor):
@@ -118,9 +121,14 @@ def compare_loaded(artifact: Path, record: dict, model) -> dict:
     # parameter no checkpoint tensor maps to keeps its initial value (weight_scale: -3.4e38)
     covered = {vllm_name(n, stacked)[0] for n in tensors if n in given}
     shared = () if SHARED_LM_HEAD in tensors else (SHARED_LM_HEAD,)
+    # QuarkW8A8Int8 creates a weight_zero_point and drops it after loading (symmetric); Quark's file-to-file path
+    # writes none
+    int8 = {vllm_name(n, stacked)[0].removesuffix(".weight") for n, t in tensors.items()
+            if n.endswith(".weight") and t.dtype == torch.int8}
     uninitialized = sorted(n for n in params if n not in covered and not n.endswith(NOT_IN_CHECKPOINT)
-                           and n not in shared)
-    quantized = (torch.float8_e4m3fn, torch.float8_e4m3fnuz, torch.uint8)   # uint8: packed MXFP4
+                           and n not in shared and n.removesuffix(".weight_zero_point") not in int8)
+    # uint8: packed MXFP4/MXFP6 or NVFP4; int8: INT8; int32: packed INT4
+    quantized = (torch.float8_e4m3fn, torch.float8_e4m3fnuz, torch.uint8, torch.int8, torch.int32)
     expected = {vllm_name(n, stacked)[0].rpartition(".")[0]: t.dtype in quantized
                 for n, t in tensors.items() if n.endswith(".weight")}
     return {"tensors": len(tensors), "identical": len(identical), "skipped_on_purpose": skipped,
@@ -136,7 +144,8 @@ def runtime_linears(model) -> dict[str, dict]:
         if method is None or not hasattr(module, "weight") or "embed_tokens" in name:
             continue
         scheme = getattr(module, "scheme", None)
-        kernel = getattr(scheme, "fp8_linear", None) or getattr(scheme, "ocp_mx_linear", None)
+        kernel = getattr(scheme, "fp8_linear", None) or getattr(scheme, "ocp_mx_linear", None) or \
+            getattr(scheme, "kernel", None)        # INT8, INT4, NVFP4
         if kernel is None and type(scheme).__name__ == "QuarkW4A8_MXFP4_FP8":   # no kernel object: a flag
             kernel = "aiter gemm_a8wfp4" if scheme.use_aiter_kernel else "QuarkW4A8_MXFP4_FP8._apply_emulation"
         out[name] = {"prefix": getattr(module, "prefix", None), "quant_method": type(method).__name__,

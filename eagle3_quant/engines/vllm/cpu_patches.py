@@ -171,6 +171,9 @@ def apply_cpu_patches(mx_emulation: bool = False) -> None:
     torch.ops._C.silu_and_mul_quant = _silu_and_mul_quant
     _rocm_fp8_kernels()
     layer_utils.check_cpu_sgl_kernel = lambda *args: False   # its packed GEMM is in _C: vLLM's torch fallback
+    from eagle3_quant.engines.vllm.int_standins import register_cpu_kernels
+
+    register_cpu_kernels()
     if mx_emulation:
         _mx_emulation()
 

@@ -2,7 +2,8 @@
 
 Mirrors vLLM 0.33: ``QuarkConfig.from_config`` (needs ``export`` with ``kv_cache_group`` and
 ``pack_method``), ``should_ignore_layer`` (exact name, or ``re:`` + ``re.match``) and ``_is_fp8_w8a8``
-(-> ``QuarkW8A8Fp8``), then the OCP MX classes (``mx_rules``: ``QuarkW4A8_MXFP4_FP8``, ``QuarkOCP_MX``).
+(-> ``QuarkW8A8Fp8``), INT8, INT4 and NVFP4 (``int_fp4_rules``), then the OCP MX classes (``mx_rules``:
+``QuarkW4A8_MXFP4_FP8``, ``QuarkOCP_MX``).
 A draft's QuarkConfig has an empty packed-modules mapping (``get_draft_quant_config`` builds a fresh one), so a
 fused layer (``qkv_proj``, ``gate_up_proj``) is matched by its fused runtime name only: per-shard patterns
 (``q_proj``) leave it quantized.
@@ -15,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from eagle3_quant.engines.vllm.int_fp4_rules import int_fp4_scheme_choice
 from eagle3_quant.engines.vllm.mx_rules import mx_scheme_choice
 from eagle3_quant.engines.vllm.names import CHECK_DEPTHS, RuntimeLayer, runtime_layers
 from eagle3_quant.reading.config import DraftConfig
@@ -65,9 +67,14 @@ def _ignored(layer: RuntimeLayer, exclude: list[str]) -> bool:
     return _matches(layer.name, exclude)
 
 
-def vllm_scheme_choice(global_config: Mapping[str, Any]) -> tuple[str | None, str | None]:
-    """(the scheme class vLLM's Quark parser picks, why vLLM cannot build it) for a global config."""
+def vllm_scheme_choice(global_config: Mapping[str, Any], pack_method: Any = "reorder",
+                       ) -> tuple[str | None, str | None]:
+    """(the scheme class vLLM's Quark parser picks, why vLLM cannot build it) for a global config (`pack_method`:
+    the config's export.pack_method, which INT4 needs)."""
     weight, inputs = global_config.get("weight"), global_config.get("input_tensors")
+    int_fp4 = int_fp4_scheme_choice(weight, inputs, pack_method)
+    if int_fp4 is not None:
+        return int_fp4
     if not isinstance(weight, dict) or not (inputs is None or isinstance(inputs, dict)):
         return None, None
     if isinstance(inputs, dict):
@@ -117,7 +124,7 @@ def check_loader_compat(quant_config: Mapping[str, Any], intended: Mapping[str, 
     problems = _config_problems(quant_config)
     exclude = [e for e in quant_config.get("exclude") or [] if isinstance(e, str)]
     global_config = quant_config.get("global_quant_config") or {}
-    scheme, unbuildable = vllm_scheme_choice(global_config)
+    scheme, unbuildable = vllm_scheme_choice(global_config, (quant_config.get("export") or {}).get("pack_method"))
     layers = []
     for depth in depths:
         for layer in runtime_layers(depth, family, fused_q_a):
@@ -130,7 +137,7 @@ def check_loader_compat(quant_config: Mapping[str, Any], intended: Mapping[str, 
             elif quantized and unbuildable:
                 problem = unbuildable
             elif quantized and scheme is None:
-                problem = "global_quant_config is no FP8 W8A8 or OCP MX scheme vLLM's Quark loader supports"
+                problem = "global_quant_config is no scheme vLLM's Quark loader builds (FP8, INT8, INT4, NVFP4, OCP MX)"
             layers.append(LayerLoad(depth, layer.name, layer.roles, quantized,
                                     scheme if quantized else None, want, problem))
     return LoaderCheck(depths, tuple(layers), tuple(problems))

@@ -7,12 +7,13 @@ amd-quark); never imported by eagle3-quant itself.
 
 - Static FP8: ``_C::static_scaled_fp8_quant`` is registered with no arguments and ``_C::silu_and_mul_quant`` is
   missing in the CPU build: torch code with the CUDA kernels' math, only where broken or missing.
-- MX: vLLM lists no MXFP4/MXFP6 linear kernel for the CPU platform; ``EmulationMxfp4LinearKernel`` and
-  ``EmulationMxfp6LinearKernel`` (dequantized weights, activation quantize-dequantize, a high-precision GEMM: what
-  vLLM runs on GPUs without native MX GEMMs) are registered for it. Their MXFP4 steps call Quark's
-  ``dq_mxfp4``/``qdq_mxfp4``, CUDA/HIP kernels that raise on a CPU tensor: where they do, the project's torch
-  E2M1/E8M0 math (``eagle3_quant/runtime/mx.py`` and the format facts it imports, loaded by path; the same code the
-  vllm_load check uses) stands in.
+- MX and NVFP4: vLLM lists no MXFP4/MXFP6/MXFP8 or NVFP4 linear kernel for the CPU platform; its
+  ``EmulationMxfp4LinearKernel``, ``EmulationMxfp6LinearKernel``, ``EmulationMxfp8LinearKernel`` and
+  ``EmulationNvFp4LinearKernel`` (dequantized weights, activation quantize-dequantize where the kernel does one, a
+  high-precision GEMM: what vLLM runs on GPUs without native MX or FP4 GEMMs) are registered for it. Their MXFP4
+  steps call Quark's ``dq_mxfp4``/``qdq_mxfp4``, CUDA/HIP kernels that raise on a CPU tensor: where they do, the
+  project's torch E2M1/E8M0 math (``eagle3_quant/runtime/mx.py`` and the format facts it imports, loaded by path;
+  the same code the vllm_load check uses) stands in.
 - ``torch._scaled_mm`` on CPU float8 operands (vLLM's ``ChannelWiseTorchFP8ScaledMMLinearKernel`` for PTPC, the
   per-tensor kernel for static FP8): torch's CPU implementation is a reference loop about ten times slower than an
   fp32 GEMM. The stand-in computes the same sum of exact FP8 products in fp32 (the weight cast once), then the
@@ -93,9 +94,11 @@ def supply_static_fp8_ops() -> None:
 
 
 MX_KERNELS = (("mxfp4", "vllm.model_executor.kernels.linear.mxfp4.emulation", "EmulationMxfp4LinearKernel"),
-              ("mxfp6", "vllm.model_executor.kernels.linear.mxfp6.emulation", "EmulationMxfp6LinearKernel"))
+              ("mxfp6", "vllm.model_executor.kernels.linear.mxfp6.emulation", "EmulationMxfp6LinearKernel"),
+              ("mxfp8", "vllm.model_executor.kernels.linear.mxfp8.emulation", "EmulationMxfp8LinearKernel"),
+              ("nvfp4", "vllm.model_executor.kernels.linear.nvfp4.emulation", "EmulationNvFp4LinearKernel"))
 MX_WHY = ("vLLM lists no {kind} linear kernel for its CPU platform; registered with vLLM's register_linear_kernel "
-          "(what vLLM runs on GPUs without native MX GEMMs)")
+          "(what vLLM runs on GPUs without native {kind} GEMMs)")
 PACKAGE = Path(__file__).resolve().parents[2]
 PROJECT_MX = (("eagle3_quant.reading.mx_format", PACKAGE / "reading" / "mx_format.py"),
               ("eagle3_quant.runtime.mx", PACKAGE / "runtime" / "mx.py"))
@@ -114,7 +117,8 @@ def _project_mx():
 
 
 def register_mx_emulation() -> None:
-    """vLLM's MX emulation kernels on the CPU platform, and torch code for Quark's GPU-only MXFP4 kernels."""
+    """vLLM's MX and NVFP4 emulation kernels on the CPU platform, and torch code for Quark's GPU-only MXFP4
+    kernels."""
     import importlib
 
     from vllm.model_executor.kernels.linear import register_linear_kernel
@@ -129,7 +133,11 @@ def register_mx_emulation() -> None:
 
 def _supply_quark_mxfp4() -> None:
     import torch
-    from quark.torch.kernel import mx as quark_mx
+
+    try:
+        from quark.torch.kernel import mx as quark_mx
+    except ImportError:         # no amd-quark: only MXFP4 needs it, and bench refuses MXFP4 here (engine_refusal)
+        return
 
     packed, scale = torch.zeros(1, 16, dtype=torch.uint8), torch.full((1, 1), 127, dtype=torch.uint8)
     probes = {"dq_mxfp4": lambda: quark_mx.dq_mxfp4(packed, scale, torch.bfloat16),
