@@ -32,7 +32,8 @@ def check_inputs_apart(out: Path, *inputs: Path | None) -> None:
 
 
 def finished_set(out: Path, info: CalibrationInfo, force: bool) -> CalibrationSet | None:
-    """OUT as it stands: the same complete set (nothing to do), absent (None), or refused without --force."""
+    """OUT as it stands: the same complete set, every shard as written (nothing to do), absent (None), or refused
+    without --force (another set, or a damaged one)."""
     if not out.exists():
         return None
     if not out.is_dir():
@@ -43,12 +44,13 @@ def finished_set(out: Path, info: CalibrationInfo, force: bool) -> CalibrationSe
             existing = load_calibration(out)
         except DraftFormatError:
             existing = None
-    if existing is not None and not existing.info.differences(info):
+    damaged = existing.shard_problems() if existing is not None else []
+    if existing is not None and not existing.info.differences(info) and not damaged:
         return existing
     if force:
         return None
-    what = (f"holds a calibration set made with other options ({', '.join(existing.info.differences(info))})"
-            if existing is not None else "already exists")
+    what = ("already exists" if existing is None else f"holds a damaged calibration set ({damaged[0]})" if damaged
+            else f"holds a calibration set made with other options ({', '.join(existing.info.differences(info))})")
     raise OutputExistsError(what, path=out, hint="pass --force to replace it")
 
 

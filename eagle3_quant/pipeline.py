@@ -1,18 +1,22 @@
 """`run_pipeline`: calibrate -> quantize (export included) -> validate -> bench -> push, from one pipeline file.
 
-Each stage is skipped when its output is present and valid, so a run that stopped anywhere resumes where it
-stopped. Every stage calls the stage's public function with the options object the pipeline file describes.
+Each stage is first judged: skipped when its output is present and valid (a calibration set whose every shard
+has the sha256 recorded when it was written, an artifact whose files match its manifest, a report or bench record
+naming these artifact files), run again when its output is missing, damaged or made otherwise. A run that stopped
+anywhere resumes where it stopped; `plan_pipeline` (run --dry-run) gives the judgements alone, running nothing.
+Every stage calls the stage's public function with the options object the pipeline file describes.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from eagle3_quant.errors import Eagle3QuantError
+from eagle3_quant.errors import Eagle3QuantError, ManifestError
 from eagle3_quant.pipeline_spec import (
+    Override,
     PipelineSpec,
     bench_options,
     calibrate_options,
@@ -27,6 +31,7 @@ from eagle3_quant.reading.source import REPO_ID
 from eagle3_quant.records.calibration import INDEX_NAME
 from eagle3_quant.records.manifest import MANIFEST_NAME, Manifest
 from eagle3_quant.util.formatting import ratio_interval
+from eagle3_quant.util.progress import SILENT, Progress
 
 STAGES = ("calibrate", "quantize", "validate", "bench", "push")
 
@@ -34,7 +39,7 @@ STAGES = ("calibrate", "quantize", "validate", "bench", "push")
 @dataclass(frozen=True)
 class StageOutcome:
     name: str
-    status: str        # ran | skipped | failed | not run | disabled
+    status: str        # ran | skipped | failed | not run | disabled; plan_pipeline: would run
     seconds: float
     detail: str
 
@@ -43,7 +48,8 @@ class StageOutcome:
 class PipelineResult:
     spec: PipelineSpec
     stages: tuple[StageOutcome, ...]
-    push: Any = None    # PushResult when the push stage ran
+    push: Any = None    # PushResult when the push stage ran (or was tried as a dry run by plan_pipeline)
+    planned: bool = False   # plan_pipeline: the stages judged, none run
 
     @property
     def ok(self) -> bool:
@@ -62,7 +68,9 @@ def _is_hub_id(text: str) -> bool:
     return bool(REPO_ID.match(text)) and not Path(text).exists()
 
 
-def run_calibrate(spec: PipelineSpec) -> str:
+def judge_calibrate(spec: PipelineSpec, fresh: bool = False) -> str:
+    """Why the calibrate stage runs; raises _Skip when it does not (no data, or the workdir's set is present, whole
+    and made from this data for this target)."""
     c = spec.calibrate
     if not c.data and not c.from_dump:
         raise _Skip("skipped", "no calibrate.data nor calibrate.from_dump: the validation runs its data-free checks "
@@ -70,23 +78,39 @@ def run_calibrate(spec: PipelineSpec) -> str:
     from eagle3_quant.calib.target import target_name
     from eagle3_quant.records.calibration import load_calibration
 
-    if (spec.calib / INDEX_NAME).is_file():
+    if not (spec.calib / INDEX_NAME).is_file():
+        return f"no set in {spec.calib}"
+    try:
         existing = load_calibration(spec.calib)
-        if c.from_dump:
-            if existing.info.extra.get("imported_from") == str(Path(c.from_dump).expanduser().resolve()):
-                raise _Skip("skipped", f"present: {existing.num_samples} samples imported from {c.from_dump}")
-        elif existing.num_samples >= c.num_samples and existing.info.target == target_name(spec.target):
-            raise _Skip("skipped", f"present: {existing.num_samples} samples, {existing.num_tokens} tokens")
+    except Eagle3QuantError as exc:
+        return f"the set in {spec.calib} does not read ({exc.message}): made again"
+    damaged = existing.shard_problems()
+    if damaged:
+        return f"the set in {spec.calib} is damaged ({damaged[0]}): made again"
+    if c.from_dump:
+        if existing.info.extra.get("imported_from") == str(Path(c.from_dump).expanduser().resolve()):
+            raise _Skip("skipped", f"present: {existing.num_samples} samples imported from {c.from_dump}")
+        return f"the set in {spec.calib} was made from other data: replaced"
+    if existing.num_samples >= c.num_samples and existing.info.target == target_name(spec.target):
+        raise _Skip("skipped", f"present: {existing.num_samples} samples, {existing.num_tokens} tokens")
+    return f"the set in {spec.calib} has fewer samples or another target"
+
+
+def run_calibrate(spec: PipelineSpec, why: str, progress: Progress) -> str:
+    from eagle3_quant.records.calibration import load_calibration
+
+    c = spec.calibrate
+    force = (spec.calib / INDEX_NAME).is_file()      # a set judged not this one (damaged, other data): replaced
     if c.from_dump:
         from eagle3_quant.calib.importer import import_calibration
 
-        force = (spec.calib / INDEX_NAME).is_file()      # a set from other data: replaced by the import
-        import_calibration(c.from_dump, spec.source, spec.calib, import_options(spec, force=force))
+        import_calibration(c.from_dump, spec.source, spec.calib, import_options(spec, force=force), progress=progress)
         done = load_calibration(spec.calib)
         return f"{done.num_samples} samples, {done.num_tokens} tokens imported from {c.from_dump}"
     from eagle3_quant.calib.api import calibrate_target
 
-    calibrate_target(spec.target, spec.source, c.data, spec.calib, calibrate_options(spec))
+    calibrate_target(spec.target, spec.source, c.data, spec.calib, calibrate_options(spec, force=force),
+                     progress=progress)
     done = load_calibration(spec.calib)
     return f"{done.num_samples} samples, {done.num_tokens} tokens in {spec.calib}"
 
@@ -138,31 +162,50 @@ def _existing_output_problem(spec: PipelineSpec) -> str | None:
     return "; ".join(problems) if problems else None
 
 
-def run_quantize(spec: PipelineSpec) -> str:
+def judge_quantize(spec: PipelineSpec, fresh: bool = False) -> str:
+    """Why the quantize stage runs; raises _Skip when OUT holds this source quantized with this plan, unchanged."""
+    if not (spec.out / MANIFEST_NAME).is_file():
+        return f"no artifact in {spec.out}"
+    try:
+        Manifest.read(spec.out)
+    except ManifestError as exc:
+        return f"replaced: its manifest does not read ({exc.message})"
+    why = _existing_output_problem(spec)
+    if why is None:
+        raise _Skip("skipped", f"present: {spec.out} matches its manifest and this pipeline")
+    return f"replaced: {why}"
+
+
+def run_quantize(spec: PipelineSpec, why: str, progress: Progress) -> str:
     from eagle3_quant.quantize.api import quantize_draft
 
-    replace_why = None
-    if (spec.out / MANIFEST_NAME).is_file():
-        replace_why = _existing_output_problem(spec)
-        if replace_why is None:
-            raise _Skip("skipped", f"present: {spec.out} matches its manifest and this pipeline")
-    result = quantize_draft(spec.source, spec.out, quantize_options(spec, force=replace_why is not None))
-    note = f" (replaced: {replace_why})" if replace_why else ""
+    replacing = (spec.out / MANIFEST_NAME).is_file()
+    result = quantize_draft(spec.source, spec.out, quantize_options(spec, force=replacing))
+    note = f" ({why})" if replacing else ""
     return f"{len(result.plan.quantized)} linears FP8, {len(result.plan.excluded)} BF16{note}"
 
 
-def run_validate(spec: PipelineSpec) -> str:
+def judge_validate(spec: PipelineSpec, fresh: bool = False) -> str:
+    """Why the validate stage runs (`fresh`: quantize makes the artifact in this run); raises _Skip when OUT's
+    report names these artifact files and is newer than the manifest (a failed one: the stage fails)."""
     from eagle3_quant.records.evidence import manifest_digests
     from eagle3_quant.records.validation_report import read_validation
 
     if not spec.validate.enabled:
         raise _Skip("disabled", "validate.enabled is false")
+    if fresh:
+        return "the artifact is made in this run"
     report = read_validation(spec.out, manifest_digests(Manifest.read(spec.out)))   # foreign: validate again
     manifest_time = (spec.out / MANIFEST_NAME).stat().st_mtime
     if report.state in ("passed", "failed") and report.path.stat().st_mtime >= manifest_time:
         if report.state == "failed":
             raise _Skip("failed", f"present and failed: {report.problem}")
         raise _Skip("skipped", "present: passed")
+    return report.problem or "the report is older than the artifact"
+
+
+def run_validate(spec: PipelineSpec, why: str, progress: Progress) -> str:
+    from eagle3_quant.records.validation_report import read_validation
     from eagle3_quant.validate.api import validate_draft
 
     calib = spec.calib if (spec.calib / INDEX_NAME).is_file() else None
@@ -175,9 +218,10 @@ def run_validate(spec: PipelineSpec) -> str:
     return "passed"
 
 
-def run_bench(spec: PipelineSpec) -> str:
-    """vLLM's own measurement (`bench_draft`), on when an engine environment is found; skipped, saying why, when
-    there is no engine, no target or no prompts, or when OUT/bench.json already measured these artifact files."""
+def judge_bench(spec: PipelineSpec, fresh: bool = False, calib_coming: bool = False) -> str:
+    """Why the bench stage runs: vLLM's own measurement (`bench_draft`), when an engine environment, a target and
+    prompts are there (`calib_coming`: the workdir's set is made in this run); raises _Skip, saying why, when one
+    is missing, or when OUT/bench.json already measured these artifact files."""
     from eagle3_quant.engines.environment import find_engine_python
     from eagle3_quant.errors import EngineNotFoundError
     from eagle3_quant.records.bench_run import BENCH_NAME, measured_bench
@@ -191,14 +235,20 @@ def run_bench(spec: PipelineSpec) -> str:
         find_engine_python()
     except EngineNotFoundError as exc:
         raise _Skip("skipped", f"no engine: {exc}") from None
-    options = bench_options(spec, reference=None if _is_hub_id(spec.source) else spec.source)
-    if options.prompts is None:
+    if spec.bench.prompts is None and not calib_coming and bench_options(spec).prompts is None:
         raise _Skip("skipped", "no prompts: set bench.prompts, or calibrate.data for the workdir's calibration set")
+    if fresh:
+        return "the artifact is made in this run"
     if measured_bench(spec.out, artifact_digests(spec.out)) is not None:
         raise _Skip("skipped", f"present: {BENCH_NAME} measured these artifact files")
+    return f"no {BENCH_NAME} measured these artifact files"
+
+
+def run_bench(spec: PipelineSpec, why: str, progress: Progress) -> str:
     from eagle3_quant.bench.api import bench_draft
 
-    result = bench_draft(spec.out, options)
+    options = bench_options(spec, reference=None if _is_hub_id(spec.source) else spec.source)
+    result = bench_draft(spec.out, options, progress=progress)
     ratio, predicted = result.ratio, result.predicted
     text = (f"{result.engine.describe()}: acceptance ratio {ratio_interval(ratio.ratio, ratio.low, ratio.high)}, "
             f"lossless {'yes' if result.lossless else 'NO'}")
@@ -207,15 +257,18 @@ def run_bench(spec: PipelineSpec) -> str:
     return text
 
 
-def run_push(spec: PipelineSpec) -> Any:
+def judge_push(spec: PipelineSpec, fresh: bool = False) -> str:
+    if not spec.push.enabled:
+        raise _Skip("disabled", "push.enabled is false")
+    what = "print what it would send (push.dry_run)" if spec.push.dry_run else "publish"
+    return f"{what} to {spec.push.repo_id}"
+
+
+def run_push(spec: PipelineSpec, why: str, progress: Progress, dry_run: bool = False) -> Any:
     from eagle3_quant.export.push import push_draft
 
-    p = spec.push
-    if not p.enabled:
-        raise _Skip("disabled", "push.enabled is false")
-    base_model = spec.source if _is_hub_id(spec.source) else None
-    return push_draft(spec.out, p.repo_id,
-                      push_options(spec, base_model=base_model, pipeline=Path(spec.path).name if spec.path else None))
+    options = push_options(spec, pipeline=Path(spec.path).name if spec.path else None)
+    return push_draft(spec.out, spec.push.repo_id, replace(options, dry_run=options.dry_run or dry_run))
 
 
 def _push_detail(result: Any) -> str:
@@ -226,21 +279,44 @@ def _push_detail(result: Any) -> str:
     return f"unchanged: {result.repo_url} already at {result.head[:12]}; no commit"
 
 
-def run_pipeline(pipeline: str | Path | PipelineSpec, overrides: list[str] | None = None) -> PipelineResult:
-    """Run every stage in order; stop at the first failure (later stages: `not run`)."""
-    spec = pipeline if isinstance(pipeline, PipelineSpec) else load_pipeline(pipeline, overrides)
-    stages = {"calibrate": run_calibrate, "quantize": run_quantize, "validate": run_validate, "bench": run_bench,
-              "push": run_push}
+JUDGES = {"calibrate": judge_calibrate, "quantize": judge_quantize, "validate": judge_validate, "bench": judge_bench,
+          "push": judge_push}
+RUNNERS = {"calibrate": run_calibrate, "quantize": run_quantize, "validate": run_validate, "bench": run_bench,
+           "push": run_push}
+
+
+def _spec(pipeline: str | Path | PipelineSpec, overrides: list[Override] | None) -> PipelineSpec:
+    return pipeline if isinstance(pipeline, PipelineSpec) else load_pipeline(pipeline, overrides)
+
+
+def paths_line(spec: PipelineSpec) -> str:
+    """Where the run reads and writes, resolved (relative paths in the file and in --set start from the current
+    folder)."""
+    local = [f"{name} {Path(value).expanduser().resolve()}" for name, value in
+             (("source", spec.source), ("target", spec.target)) if value and Path(value).expanduser().exists()]
+    return (f"pipeline {spec.path}: relative paths start from the current folder {Path.cwd()}; "
+            + ", ".join([*local, f"workdir {Path(spec.workdir).expanduser().resolve()}"]))
+
+
+def run_pipeline(pipeline: str | Path | PipelineSpec, overrides: list[Override] | None = None, *,
+                 progress: Progress = SILENT) -> PipelineResult:
+    """Judge and run every stage in order, each saying on `progress` what it does and why; stop at the first
+    failure (later stages: `not run`)."""
+    spec = _spec(pipeline, overrides)
+    progress.say(paths_line(spec))
     outcomes: list[StageOutcome] = []
     pushed = None
     blocked = None
-    for name in STAGES:
+    for n, name in enumerate(STAGES, 1):
         if blocked and not (name == "push" and not spec.push.enabled):
             outcomes.append(StageOutcome(name, "not run", 0.0, f"stopped after {blocked}"))
+            progress.say(f"[{n}/{len(STAGES)}] {name}: not run (stopped after {blocked})")
             continue
         started = time.perf_counter()
         try:
-            value = stages[name](spec)
+            why = JUDGES[name](spec)
+            progress.say(f"[{n}/{len(STAGES)}] {name}: runs ({why})")
+            value = RUNNERS[name](spec, why, progress)
             if name == "push":
                 pushed, value = value, _push_detail(value)
             status, detail = "ran", value
@@ -248,9 +324,42 @@ def run_pipeline(pipeline: str | Path | PipelineSpec, overrides: list[str] | Non
             status, detail = skip.status, skip.detail
         except Eagle3QuantError as exc:
             status, detail = "failed", str(exc)
-        outcomes.append(StageOutcome(name, status, time.perf_counter() - started, detail))
+        seconds = time.perf_counter() - started
+        outcomes.append(StageOutcome(name, status, seconds, detail))
+        took = f" in {seconds:.1f} s" if status in ("ran", "failed") else ""
+        progress.say(f"[{n}/{len(STAGES)}] {name}: {status}{took}: {detail}")
         unvalidated = name == "validate" and status == "failed"
         must_stop = (status == "failed" or unvalidated) and not (unvalidated and spec.push.allow_unvalidated)
         if must_stop:
             blocked = name
     return PipelineResult(spec, tuple(outcomes), pushed)
+
+
+def plan_pipeline(pipeline: str | Path | PipelineSpec, overrides: list[Override] | None = None) -> PipelineResult:
+    """`run --dry-run`: the file read and checked as `run` reads it, then each stage judged on the workdir as it is
+    (`would run` and why, `skipped` and why, `disabled`); nothing is run, written or sent. When no earlier stage
+    would run, the push is tried as a push dry run (its refusals included)."""
+    spec = _spec(pipeline, overrides)
+    outcomes: list[StageOutcome] = []
+    pushed = blocked = None
+    fresh = calib_coming = False       # quantize / calibrate would make their output in this run
+    for name in STAGES:
+        if blocked and not (name == "push" and not spec.push.enabled):
+            outcomes.append(StageOutcome(name, "not run", 0.0, f"stopped after {blocked}"))
+            continue
+        try:
+            why = judge_bench(spec, fresh, calib_coming) if name == "bench" else JUDGES[name](spec, fresh)
+            status, detail = "would run", why
+            if name == "push" and not any(o.status == "would run" for o in outcomes):
+                pushed = run_push(spec, why, SILENT, dry_run=True)
+                detail = f"{why}: {len(pushed.files)} files; the card as printed above"
+        except _Skip as skip:
+            status, detail = skip.status, skip.detail
+        except Eagle3QuantError as exc:
+            status, detail = "failed", str(exc)
+        outcomes.append(StageOutcome(name, status, 0.0, detail))
+        fresh = fresh or (name == "quantize" and status == "would run")
+        calib_coming = calib_coming or (name == "calibrate" and status == "would run")
+        if status == "failed" and not (name == "validate" and spec.push.allow_unvalidated):
+            blocked = name
+    return PipelineResult(spec, tuple(outcomes), pushed, planned=True)

@@ -15,7 +15,7 @@ from typing import Any
 
 from eagle3_quant.bench.options import BenchOptions
 from eagle3_quant.calib.options import CalibrationOptions, ImportOptions
-from eagle3_quant.errors import Eagle3QuantError, PipelineSpecError
+from eagle3_quant.errors import Eagle3QuantError, PipelineSpecError, one_line
 from eagle3_quant.export.options import PushOptions
 from eagle3_quant.quantize.options import AUTO_SCHEME, QuantizeOptions
 from eagle3_quant.reading.limits import MAX_YAML_BYTES, load_yaml_text, read_limited_text
@@ -24,6 +24,7 @@ from eagle3_quant.schemes import DEFAULT_SCHEME, SCHEMES
 from eagle3_quant.validate.options import ValidateOptions
 
 PIPELINE_VERSION = 1
+PLACEHOLDER_OWNERS = ("ORG", "YOUR_ORG")     # the repository owner the shipped files and the docs leave to fill in
 ENGINES = ("vllm", "sglang")           # taps.engine_rules.Engine (a test keeps them equal)
 
 
@@ -114,6 +115,10 @@ def _build(cls: type, raw: Any, where: str, file: str | None) -> Any:
     hints = typing.get_type_hints(cls)
     public = [f for f in dataclasses.fields(cls) if not f.metadata.get("internal")]
     names = [f.name for f in public]
+    not_names = [key for key in raw if not isinstance(key, str)]
+    if not_names:
+        raise PipelineSpecError(f"key {not_names[0]!r} is not a name; valid keys: {', '.join(names)}", path=file,
+                                field=where or None)
     unknown = sorted(set(raw) - set(names))
     if unknown:
         raise PipelineSpecError(f"unknown key(s) {', '.join(map(repr, unknown))}; valid keys: {', '.join(names)}",
@@ -130,6 +135,8 @@ def _build(cls: type, raw: Any, where: str, file: str | None) -> Any:
             values[f.name] = _build(hint, raw[f.name] if raw[f.name] is not None else {}, name, file)
         elif not _type_ok(raw[f.name], hint):
             raise PipelineSpecError(f"{raw[f.name]!r} is not {_describe(hint)}", path=file, field=name)
+        elif problem := _text_problem(raw[f.name]):
+            raise PipelineSpecError(problem, path=file, field=name)
         else:
             value = raw[f.name]
             values[f.name] = tuple(value) if typing.get_origin(hint) is tuple or (
@@ -139,6 +146,17 @@ def _build(cls: type, raw: Any, where: str, file: str | None) -> Any:
     except Eagle3QuantError as exc:    # a nested options object (validate.gates) checks its own values
         field = ".".join(x for x in (where, exc.field) if x) or None
         raise PipelineSpecError(exc.message, path=file, field=field) from None
+
+
+def _text_problem(value: Any) -> str | None:
+    """Why a string value (or one in a list) cannot mean what it says: empty (a path "" would be the current
+    folder), or holding a control character (invisible when printed)."""
+    for text in value if isinstance(value, list | tuple) else [value]:
+        if isinstance(text, str) and not text.strip():
+            return f"{text!r} is empty: write a value, or leave the key out"
+        if isinstance(text, str) and one_line(text) != text:
+            return f"{text!r} holds a control character"
+    return None
 
 
 def _describe(hint: Any) -> str:
@@ -192,11 +210,20 @@ def _check(spec: PipelineSpec, file: str | None) -> PipelineSpec:
         problem = repo_id_problem(spec.push.repo_id)
         if problem:
             raise PipelineSpecError(f"{spec.push.repo_id!r} is {problem}", path=file, field="push.repo_id")
+        if spec.push.repo_id.split("/")[0] in PLACEHOLDER_OWNERS:
+            raise PipelineSpecError(f"{spec.push.repo_id!r} is a placeholder: pass --repo-id with your user or "
+                                    "organisation, or --no-push", path=file, field="push.repo_id")
     for name in ("source", "target"):
         value = getattr(spec, name)
-        if value is not None and not Path(value).expanduser().exists() and repo_id_problem(value):
-            raise PipelineSpecError(f"{value!r} is no such folder, and {repo_id_problem(value)}", path=file,
-                                    field=name)
+        if value is not None and not _is_local(value) and repo_id_problem(value):
+            raise PipelineSpecError(f"{value!r} is no such folder (a relative path starts from the current folder, "
+                                    f"{Path.cwd()}), and {repo_id_problem(value)}", path=file, field=name)
+    workdir = Path(spec.workdir).expanduser().resolve()
+    for name, value in (("source", spec.source), ("target", spec.target), ("calibrate.from_dump",
+                                                                           spec.calibrate.from_dump)):
+        if value is not None and _is_local(value) and workdir.is_relative_to(Path(value).expanduser().resolve()):
+            raise PipelineSpecError(f"{spec.workdir!r} is inside {name} {value!r}: the run would write into what it "
+                                    "reads", path=file, field="workdir")
     for section, build in (("calibrate", calibrate_options), ("calibrate", import_options),
                            ("quantize", quantize_options),
                            ("validate", validate_options), ("bench", bench_options), ("push", push_options)):
@@ -253,24 +280,67 @@ def bench_options(spec: PipelineSpec, **runtime: Any) -> BenchOptions:
 
 
 def push_options(spec: PipelineSpec, **runtime: Any) -> PushOptions:
-    return PushOptions(**section_values(spec.push), target=spec.target, **runtime)
+    """The push stage's options; the card's target and base model default to the pipeline's target and source when
+    those are Hub ids (a local folder's name is no name for a card)."""
+    values = section_values(spec.push)
+    hub_ids = {"target": spec.target, "base_model": spec.source}
+    for key, value in hub_ids.items():
+        if values[key] is None and value is not None and not _is_local(value) and not repo_id_problem(value):
+            values[key] = value
+    return PushOptions(**{**values, **runtime})
+
+
+def _is_local(value: str) -> bool:
+    return Path(value).expanduser().exists()
+
+
+NULL_TEXTS = ("", "null", "Null", "NULL", "~")     # what YAML reads as null
+
+
+Override = str | tuple[str, Any]     # "KEY=VALUE" from --set, or (dotted key, value) from one of run's own flags
+
+
+def _field_hint(keys: list[str]) -> Any:
+    """The type of the pipeline field at `keys` (a dotted path); None when no field is there."""
+    cls, hint = PipelineSpec, None
+    for key in keys:
+        if cls is None or not dataclasses.is_dataclass(cls):
+            return None
+        fields = {f.name: f for f in dataclasses.fields(cls) if not f.metadata.get("internal")}
+        if key not in fields:
+            return None
+        hint = typing.get_type_hints(cls)[key]
+        cls = hint if dataclasses.is_dataclass(hint) else None
+    return hint
+
+
+def _is_text(hint: Any) -> bool:
+    """A string field (`str`, `str | None`, a path): its --set value is the text itself, never read as YAML."""
+    args = [a for a in (typing.get_args(hint) or (hint,)) if a is not type(None)]
+    return bool(args) and all(a in (str, Path) for a in args)
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
-    """`push.repo_id=org/x` -> (["push", "repo_id"], "org/x"); the value is read as a YAML scalar."""
+    """`push.repo_id=org/x` -> (["push", "repo_id"], "org/x"). A string field takes the text as written (`wd #1`,
+    `007`); nothing or `null` unsets one that may be null. Any other field reads the value as a YAML scalar."""
     key, sep, value = text.partition("=")
     keys = key.strip().split(".")
     if not sep or not all(keys):
         raise PipelineSpecError(f"override {text!r} is not KEY=VALUE (for example push.dry_run=true)", field="--set")
+    hint = _field_hint(keys)
+    if hint is not None and _is_text(hint):
+        nullable = type(None) in typing.get_args(hint)
+        return keys, None if not value or (nullable and value in NULL_TEXTS) else value
     if not value.strip():
         return keys, None
     return keys, load_yaml_text(value, f"--set {key.strip()}", PipelineSpecError, kind="value")
 
 
-def apply_overrides(raw: dict, overrides: list[str]) -> dict:
+def apply_overrides(raw: dict, overrides: list[Override]) -> dict:
     merged = dict(raw)
-    for text in overrides:
-        keys, value = parse_override(text)
+    for override in overrides:
+        keys, value = (override[0].split("."), override[1]) if isinstance(override, tuple) \
+            else parse_override(override)
         node = merged
         for key in keys[:-1]:
             child = node.get(key)
@@ -280,7 +350,7 @@ def apply_overrides(raw: dict, overrides: list[str]) -> dict:
     return merged
 
 
-def load_pipeline(path: str | Path, overrides: list[str] | None = None) -> PipelineSpec:
+def load_pipeline(path: str | Path, overrides: list[Override] | None = None) -> PipelineSpec:
     path = Path(path)
     try:
         raw = load_yaml_text(read_limited_text(path, MAX_YAML_BYTES, PipelineSpecError), path, PipelineSpecError)

@@ -19,7 +19,7 @@ class PushOptions:
     allow_unmeasured: bool = option(False, "Publish although the acceptance was measured neither offline "
                                            "(validate --calib) nor in vLLM's engine (bench); the card says so at "
                                            "its top.")
-    target: str | None = option(None, "Target model the draft serves (for the card).", pipeline=False)
-    base_model: str | None = option(None, "Hub id of the BF16 draft when OUT was made from a local folder.",
-                                    pipeline=False)
+    target: str | None = option(None, "Hub id of the target model the draft serves (for the card; default: the "
+                                      "one recorded by validate or calibrate).")
+    base_model: str | None = option(None, "Hub id of the BF16 draft when OUT was made from a local folder.")
     pipeline: str | None = option(None, "The pipeline file this push belongs to (for the card).", pipeline=False)

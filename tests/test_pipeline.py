@@ -13,9 +13,10 @@ from hub_server.fixtures import PASSED_REPORT, bound
 
 from eagle3_quant.cli import main
 from eagle3_quant.errors import PipelineSpecError
-from eagle3_quant.pipeline import run_pipeline
+from eagle3_quant.pipeline import plan_pipeline, run_pipeline
 from eagle3_quant.pipeline_spec import load_pipeline
-from eagle3_quant.records.calibration import CalibrationInfo, CalibrationSample, CalibrationWriter
+from eagle3_quant.records.calibration import CalibrationInfo, CalibrationSample, CalibrationWriter, load_calibration
+from eagle3_quant.util.progress import Silent
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "pipelines" / "kimi-k2.5-eagle3-fp8.yaml"
 REPO = "alice/pipeline-fp8"
@@ -35,10 +36,15 @@ def write_pipeline(tmp_path, **fields) -> Path:
 
 
 def test_example_pipeline_is_valid_and_names_the_kimi_draft():
-    spec = load_pipeline(EXAMPLE)
+    spec = load_pipeline(EXAMPLE, [("push.repo_id", "alice/kimi-fp8")])
     assert spec.source == "lightseekorg/kimi-k2.5-eagle3" and spec.target == "moonshotai/Kimi-K2.5"
-    assert spec.push.repo_id == "ORG/kimi-k2.5-eagle3-fp8" and spec.scheme == "ptpc_fp8"
+    assert spec.push.repo_id == "alice/kimi-fp8" and spec.scheme == "ptpc_fp8"
     assert spec.out == Path("runs/kimi-k2.5-eagle3-fp8/draft-fp8")
+    with pytest.raises(PipelineSpecError) as placeholder:      # the file's ORG/... is never pushed to
+        load_pipeline(EXAMPLE)
+    assert placeholder.value.field == "push.repo_id" and "'ORG/kimi-k2.5-eagle3-fp8' is a placeholder: " \
+        "pass --repo-id" in placeholder.value.message
+    assert load_pipeline(EXAMPLE, [("push.enabled", False)]).push.repo_id == "ORG/kimi-k2.5-eagle3-fp8"
 
 
 @pytest.mark.parametrize("fields, message", [
@@ -84,6 +90,16 @@ def test_overrides_apply_before_validation(tmp_path):
         load_pipeline(path, ["push.dry_run"])
 
 
+class Said(Silent):
+    """A Progress that keeps what the run says."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def say(self, text: str) -> None:
+        self.lines.append(text)
+
+
 def write_calibration(folder: Path, target: str, samples: int) -> None:
     """A present set of the draft's width (quantize reads it: the layers it serves the draft are checked on it)."""
     writer = CalibrationWriter(folder, CalibrationInfo(target=target, aux_layer_ids=(1, 2, 3), target_hidden_size=64),
@@ -97,7 +113,7 @@ def write_calibration(folder: Path, target: str, samples: int) -> None:
 def test_pipeline_runs_resumes_and_pushes(make_draft, tmp_path, hub, capsys):
     src = make_draft()
     path = write_pipeline(tmp_path, source=str(src), target="example-org/target",
-                          push={"allow_unvalidated": True, "allow_unmeasured": True})
+                          push={"allow_unvalidated": True, "allow_unmeasured": True, "base_model": "org/draft"})
     first = run_pipeline(path)
     status = {s.name: s.status for s in first.stages}
     assert status["calibrate"] == "skipped" and status["quantize"] == "ran" and status["push"] == "ran", \
@@ -178,6 +194,18 @@ def test_pipeline_calibrates_with_the_real_stage_then_resumes(tiny_target, tiny_
     second = run_pipeline(path)
     assert [s.status for s in second.stages[:2]] == ["skipped", "skipped"]
     assert second.stages[0].detail.startswith("present: 5 samples")
+    # a shard present but damaged (truncated): judged before the skip, so the set is made again, whole
+    shard = first.spec.calib / "shard-00000.safetensors"
+    shard.write_bytes(shard.read_bytes()[:-100])
+    plan = plan_pipeline(path)
+    assert plan.stages[0].status == "would run" and "is damaged (shard-00000.safetensors differs from the sha256" \
+        in plan.stages[0].detail and shard.stat().st_size == len(shard.read_bytes())      # the plan touched nothing
+    said = Said()
+    third = run_pipeline(path, progress=said)
+    assert third.stages[0].status == "ran" and third.stages[0].detail.startswith("5 samples, ")
+    assert load_calibration(first.spec.calib).shard_problems() == []
+    assert third.stages[1].status == "skipped"          # the artifact itself is unchanged
+    assert any(line.startswith("[1/5] calibrate: runs (the set in ") and "is damaged" in line for line in said.lines)
     assert hub.requests == []
 
 

@@ -6,6 +6,7 @@ import typer
 from rich.table import Table
 
 from eagle3_quant.cli.render import console
+from eagle3_quant.errors import one_line
 from eagle3_quant.util.formatting import human_bytes
 
 
@@ -48,14 +49,20 @@ def print_pipeline(result) -> None:
     if result.push is not None:
         print_push(result.push)
     spec = result.spec
-    table = Table(title=f"pipeline {spec.path}: {spec.source} -> {spec.out}")
+    if result.planned:
+        from eagle3_quant.pipeline import paths_line
+
+        console.print(paths_line(spec), markup=False)
+    title = f"pipeline {spec.path}: {spec.source} -> {spec.out}"
+    table = Table(title=f"dry run of {title}: nothing was run, written or sent" if result.planned else title)
     for col in ("stage", "status", "seconds", "detail"):
         table.add_column(col)
-    colours = {"ran": "green", "skipped": "cyan", "failed": "red", "not run": "red", "unavailable": "yellow"}
+    colours = {"ran": "green", "would run": "green", "skipped": "cyan", "failed": "red", "not run": "red",
+               "unavailable": "yellow"}
     for s in result.stages:
         colour = colours.get(s.status, "white")
         table.add_row(s.name, f"[{colour}]{s.status}[/]", f"{s.seconds:.1f}", s.detail.replace("[", "\\["))
     console.print(table)
     for s in result.stages:
         if s.status == "failed":
-            typer.echo(f"error: {s.name}: {s.detail}", err=True)
+            typer.echo(one_line(f"error: {s.name}: {s.detail}"), err=True)

@@ -109,10 +109,40 @@ def json_from_bytes(data: bytes, path: Path, error: type[Eagle3QuantError] = Dra
     return loads_strict(text, path, error)
 
 
+def _strict_loader():
+    """yaml.SafeLoader that refuses what would make a file mean something else than it says: a key written twice
+    (the later one would silently replace the earlier) and a merge key (`<<`, keys from elsewhere)."""
+    import yaml
+
+    class StrictLoader(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):
+            first: dict = {}
+            for key_node, _ in node.value if isinstance(node, yaml.MappingNode) else ():
+                line = key_node.start_mark.line + 1
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    raise _Refused(f"line {line}: YAML merge keys (<<) are not accepted: write the keys out")
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    earlier = first.get(key)
+                except TypeError:          # an unhashable key: yaml's own error says so
+                    continue
+                if earlier is not None:
+                    raise _Refused(f"key {key!r} appears twice (lines {earlier} and {line}): the later one would "
+                                   "replace the earlier; write each key once")
+                first[key] = line
+            return super().construct_mapping(node, deep=deep)
+
+    return StrictLoader
+
+
+class _Refused(Exception):
+    """A YAML document refused by `_strict_loader` (its message says why)."""
+
+
 def load_yaml_text(text: str, where: Path | str, error: type[Eagle3QuantError] = DraftFormatError,
                    max_bytes: int = MAX_YAML_BYTES, kind: str = "file") -> Any:
     """yaml.safe_load of at most `max_bytes`, with anchors/aliases refused (an alias bomb expands
-    exponentially) and the nesting capped."""
+    exponentially), the nesting capped, and duplicate and merge keys refused (`_strict_loader`)."""
     import yaml
 
     if len(text.encode("utf-8")) > max_bytes:
@@ -129,6 +159,8 @@ def load_yaml_text(text: str, where: Path | str, error: type[Eagle3QuantError] =
                     raise error(f"YAML nested deeper than {MAX_DEPTH} levels: refused", path=where)
             elif isinstance(event, yaml.CollectionEndEvent):
                 depth -= 1
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_strict_loader())   # noqa: S506 - a SafeLoader subclass
+    except _Refused as exc:
+        raise error(str(exc), path=where) from None
     except yaml.YAMLError as exc:
         raise error(f"not a readable YAML {kind} ({str(exc).splitlines()[0]})", path=where) from None

@@ -152,6 +152,11 @@ class CalibrationSet:
         except Exception as exc:
             raise DraftFormatError(f"cannot read sample {i}: {_first_line(exc)}", path=file) from exc
 
+    def shard_problems(self) -> list[str]:
+        """Why a shard does not hold what the index says (missing, or its bytes differ from the sha256 recorded
+        when it was written, or without one its header does not read); [] when every shard is as written."""
+        return [problem for shard in self.shards if (problem := shard_problem(self.path, shard))]
+
     def check_token_ids(self, vocab_size: int, reader: str) -> None:
         """Every input and next-token id inside [0, vocab_size): the ids alone are read (the states are not).
         `reader` says whose embedding the ids index, for the error line."""
@@ -183,6 +188,20 @@ class CalibrationSet:
             return sample                          # the sample's own check names the shape
         picked = states.view(states.shape[0], len(held), hidden)[:, [held.index(i) for i in self.info.aux_layer_ids]]
         return replace(sample, aux_hidden_states=picked.reshape(states.shape[0], -1))
+
+
+def shard_problem(folder: Path, shard: dict) -> str | None:
+    file, recorded = shard_path(folder, shard["file"], folder / INDEX_NAME), shard.get("sha256")
+    if not file.is_file():
+        return f"{shard['file']} is missing"
+    if recorded is not None:
+        return None if sha256_file(file) == recorded else \
+            f"{shard['file']} differs from the sha256 recorded when it was written"
+    try:
+        safe_open(str(file), framework="pt")
+    except Exception as exc:   # safetensors' own error types: truncated, malformed header
+        return f"{shard['file']} does not read ({_first_line(exc)})"
+    return None
 
 
 def load_calibration(path: str | Path, *, allow_partial: bool = False) -> CalibrationSet:
@@ -231,8 +250,7 @@ class CalibrationWriter:
         """The shards a resume keeps: those up to the first whose file is missing or differs from the sha256
         recorded when it was written; that one and every later shard are deleted and captured again."""
         for n, shard in enumerate(shards):
-            file, recorded = self.path / shard["file"], shard.get("sha256")
-            if not file.is_file() or (recorded is not None and sha256_file(file) != recorded):
+            if shard_problem(self.path, shard) is not None:
                 for later in shards[n:]:
                     (self.path / later["file"]).unlink(missing_ok=True)
                 self.discarded = [later["file"] for later in shards[n:]]
