@@ -22,21 +22,19 @@ Everything here is an estimate and says so; nothing is measured on an engine.
 
 from __future__ import annotations
 
-import json
+import hashlib
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from eagle3_quant.cost import DeviceProfile, DraftCost
 from eagle3_quant.errors import EstimateInputError, ValidationRecordError
 from eagle3_quant.options import TIME
-from eagle3_quant.reading.limits import load_json_file
-from eagle3_quant.records.validation_report import REPORT_NAME, ValidationMetrics
-
-ESTIMATE_NAME = "speedup_estimate.json"
-ESTIMATE_VERSION = 1
+from eagle3_quant.reading.limits import json_from_bytes, read_limited_bytes
+from eagle3_quant.records.speedup_estimate import ESTIMATE_NAME, SpeedupEstimate  # noqa: F401 - owned there
+from eagle3_quant.records.validation_report import REPORT_NAME, ValidationMetrics, evidence_problem
 
 
 def tokens_per_round(per_position: Sequence[float], k: int) -> float:
@@ -57,24 +55,34 @@ class ReportAcceptance:
     layer_ms_bf16: float | None = None         # the same linears in BF16
     kernel_device: str | None = None
     reference: str | None = None               # the BF16 draft the acceptance was compared with
+    sha256: str | None = None                  # of the report's bytes
 
 
-def read_report_acceptance(path: str | Path) -> ReportAcceptance:
-    """Per-position acceptance (and batch-1 kernel timings when measured) from a validation.json."""
+def read_report_acceptance(path: str | Path, artifact: Mapping[str, str] | None = None) -> ReportAcceptance:
+    """Per-position acceptance (and batch-1 kernel timings when measured) from a validation.json; `artifact`
+    (path -> sha256): the report must name exactly these files. Acceptance numbers that disagree with each other
+    are refused (`ValidationMetrics.acceptance_problem`)."""
     path = Path(path)
     try:
-        data = load_json_file(path, EstimateInputError)
+        raw = read_limited_bytes(path, error=EstimateInputError)
+        data = json_from_bytes(raw, path, EstimateInputError)
     except FileNotFoundError:
         raise EstimateInputError("no such file", path=path) from None
     except OSError as exc:
         raise EstimateInputError(f"cannot read ({exc.strerror or exc})", path=path) from None
-    raw = data.get("metrics") if isinstance(data, dict) else None
-    if not isinstance(raw, dict):
+    problem = evidence_problem(data, artifact) if artifact is not None and isinstance(data, dict) else None
+    if problem:
+        raise EstimateInputError(problem, path=path, field="artifact_files")
+    found = data.get("metrics") if isinstance(data, dict) else None
+    if not isinstance(found, dict):
         raise EstimateInputError("no metrics object: not a validation report", path=path, field="metrics")
     try:
-        metrics = ValidationMetrics.read(raw, path)
+        metrics = ValidationMetrics.read(found, path)
     except ValidationRecordError as exc:
         raise EstimateInputError(exc.message, path=path, field=exc.field) from None
+    disagree = metrics.acceptance_problem()
+    if disagree:
+        raise EstimateInputError(disagree[1], path=path, field=disagree[0])
     fp8 = _rates(metrics.per_position_acceptance_fp8)
     if fp8 is None:
         raise EstimateInputError("acceptance was not measured (validate needs --calib and --reference)",
@@ -82,7 +90,8 @@ def read_report_acceptance(path: str | Path) -> ReportAcceptance:
     layer_ms, layer_ms_bf16, device = _batch1_timing(data.get("kernel"))
     reference = data.get("reference")
     return ReportAcceptance(fp8, _rates(metrics.per_position_acceptance_bf16), metrics.drafts, layer_ms,
-                            layer_ms_bf16, device, reference if isinstance(reference, str) else None)
+                            layer_ms_bf16, device, reference if isinstance(reference, str) else None,
+                            hashlib.sha256(raw).hexdigest())
 
 
 def _rates(value: Any) -> tuple[float, ...] | None:
@@ -105,34 +114,6 @@ def _batch1_timing(kernel: Any) -> tuple[float | None, float | None, str | None]
     if not (math.isfinite(fp8) and math.isfinite(bf16) and fp8 > 0 and bf16 > 0):
         return None, None, None
     return fp8, bf16, str(kernel.get("device") or "") or None
-
-
-@dataclass(frozen=True)
-class SpeedupEstimate:
-    k: int
-    tokens_per_round: float
-    tokens_per_round_bf16: float | None
-    verify_ms: float
-    draft_ms: float
-    draft_ms_source: str
-    draft_ms_bf16: float | None
-    device_profile: str | None
-    cycle_ms: float
-    verify_share: float
-    speedup_vs_no_spec: float
-    speedup_vs_bf16_draft: float | None
-    acceptance_source: str
-
-    def to_dict(self) -> dict:
-        return {"estimate_version": ESTIMATE_VERSION, "kind": "estimate (cycle model, not an engine measurement)",
-                **asdict(self)}
-
-    def write(self, folder: Path) -> Path:
-        path = folder / ESTIMATE_NAME
-        tmp = path.with_name(f".{ESTIMATE_NAME}.tmp")
-        tmp.write_text(json.dumps(self.to_dict(), indent=2, allow_nan=False) + "\n")
-        tmp.replace(path)
-        return path
 
 
 def cycle_speedup(tokens: float, verify_ms: float, draft_ms: float) -> tuple[float, float, float]:
@@ -201,24 +182,29 @@ DEFAULT_DEVICE_PROFILE = "mi355x"
 
 def estimate_draft(out: str | Path, verify_ms: float, *, validation: str | Path | None = None,
                    draft_ms: float | None = None, k: int | None = None,
-                   device_profile: str = DEFAULT_DEVICE_PROFILE, write: bool = True) -> SpeedupEstimate:
-    """Estimate OUT's speedup from its validation report (default OUT/validation.json) and its step bytes;
-    write OUT/speedup_estimate.json (which the model card shows) unless write=False. The BF16 draft's bytes are
-    the report's reference draft's when that folder still exists (a pruned vocabulary's reference is unpruned),
-    else OUT's own read back as BF16."""
-    from dataclasses import replace
-
+                   device_profile: str = DEFAULT_DEVICE_PROFILE, write: bool = False) -> SpeedupEstimate:
+    """Estimate the speedup of the artifact OUT (its files as its manifest lists them) from its validation report
+    (default OUT/validation.json: any report must name OUT's files) and its step bytes; with write=True, write
+    OUT/speedup_estimate.json (which the model card then shows). The BF16 draft's bytes are the report's reference
+    draft's when that folder still exists (a pruned vocabulary's reference is unpruned), else OUT's own read back
+    as BF16."""
     from eagle3_quant.cost import checkpoint_cost, get_device_profile
+    from eagle3_quant.records.evidence import check_integrity, manifest_digests
+    from eagle3_quant.records.manifest import Manifest
 
     out = Path(out)
     profile = get_device_profile(device_profile)
+    manifest = Manifest.read(out, EstimateInputError)
+    check_integrity(out, manifest, EstimateInputError)
+    artifact = manifest_digests(manifest)
     report = Path(validation) if validation is not None else out / REPORT_NAME
-    acceptance = read_report_acceptance(report)
+    acceptance = read_report_acceptance(report, artifact)
     cost = checkpoint_cost(out)
     if acceptance.reference and Path(acceptance.reference).is_dir():
         cost = replace(cost, bf16=checkpoint_cost(acceptance.reference).bf16)
     result = estimate_speedup(acceptance, verify_ms, k=k, draft_ms=draft_ms, cost=cost, profile=profile,
-                              source=str(report))
+                              source=report.name)
+    result = replace(result, artifact_files=artifact, validation_sha256=acceptance.sha256)
     if write:
         result.write(out)
     return result

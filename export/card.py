@@ -18,11 +18,12 @@ from eagle3_quant.errors import PublishError
 from eagle3_quant.export.card_auto import auto_section
 from eagle3_quant.export.card_engine import engine_rows
 from eagle3_quant.export.card_estimate import estimate_rows, vocab_text
+from eagle3_quant.export.card_names import card_names
 from eagle3_quant.export.card_taps import taps_section
-from eagle3_quant.reading.source_card import repo_id_from_cache_path, source_card_info
-from eagle3_quant.records.evidence import manifest_digests
+from eagle3_quant.reading.source_card import source_card_info
+from eagle3_quant.records.evidence import CARD_NAME, check_integrity, manifest_digests
 from eagle3_quant.records.manifest import LayerRecord, Manifest, SourceRecord
-from eagle3_quant.records.public_names import public_argv, public_name
+from eagle3_quant.records.public_names import public_argv
 from eagle3_quant.records.validation_report import (
     REPORT_NAME,
     ValidationSummary,
@@ -31,8 +32,8 @@ from eagle3_quant.records.validation_report import (
 )
 from eagle3_quant.schemes import SCHEMES
 from eagle3_quant.util.formatting import NOT_MEASURED, number
+from eagle3_quant.util.hashing import sha256_file
 
-CARD_NAME = "README.md"
 TEMPLATE_PATH = Path(__file__).with_name("card_template.md")
 BASE_TAGS = ("eagle3", "speculative-decoding", "draft-model", "fp8", "amd-quark")
 LIBRARY_NAME = "vllm"
@@ -109,10 +110,10 @@ def _engines_text(manifest: Manifest) -> str:
     return f"{served} (`--engine {engines.requested}`)" + (f"; {left}" if left else "")
 
 
-def _reproduce(source: SourceRecord, scheme: str, layers: list[LayerRecord], repo_id: str,
+def _reproduce(source: SourceRecord, base_model: str, scheme: str, layers: list[LayerRecord], repo_id: str,
                pruned_to: int | None = None, gptq: bool = False, serve_taps=None,
                engine: str | None = None) -> list[str]:
-    src = source.repo_id or public_name(source.path) or "SRC"
+    src = source.repo_id or base_model
     revision = f" --revision {source.commit}" if source.repo_id and source.commit else ""
     flags = [f" --exclude {d.module}" for d in layers if not d.quantized and d.role not in DEFAULT_ROLES_KEPT]
     if any(d.quantized and d.role == "fc" for d in layers):
@@ -160,40 +161,41 @@ def _recorded_command(argv: list[str] | None) -> str:
 def build_card(out: str | Path, repo_id: str | None = None, *, target: str | None = None,
                base_model: str | None = None, pipeline: str | None = None,
                validation: ValidationSummary | None = None, manifest: Manifest | None = None,
-               config: dict | None = None) -> DraftCard:
+               config: dict | None = None, checked: bool = False) -> DraftCard:
     """Render the card in memory from OUT's manifest, validation report and config (`manifest`, `config`: as the
-    caller already read them)."""
+    caller already read them). Refused for an artifact whose files are not what its manifest lists (`checked`:
+    the caller has just checked that), and for a name it cannot give by its Hub id (`card_names`)."""
     from huggingface_hub import ModelCard, ModelCardData
 
     out = Path(out)
     manifest = manifest or Manifest.read(out, PublishError)
-    validation = validation or read_validation(out, manifest_digests(manifest))
+    if not checked:
+        check_integrity(out, manifest, PublishError)
+    digests = manifest_digests(manifest)
+    validation = validation or read_validation(out, digests)
+    names = card_names(out, manifest, validation, _config_verifier(out, config), repo_id, target, base_model)
+    repo_id, target, base_model = names.repo_id, names.target, names.base_model
     source, scheme = manifest.source, manifest.scheme
-    local_name = public_name(source.path)        # older manifests recorded an absolute path
-    repo_id = repo_id or f"ORG/{out.resolve().name}"
-    base_model = base_model or source.repo_id or source.hub_id or repo_id_from_cache_path(source.path)
-    target = public_name(target or validation.target or _config_verifier(out, config))
+    report_sha256 = sha256_file(validation.path) if validation.path.is_file() else None
     license_info = source.card
     if license_info is None and source.path and Path(source.path).is_absolute() and Path(source.path).is_dir():
         license_info = source_card_info(source.path)  # manifests written before licenses were recorded
-    card_data = ModelCardData(
-        base_model=base_model, library_name=LIBRARY_NAME,
-        tags=[*BASE_TAGS, scheme.name], **(license_info or {}),
-        **({"base_model_relation": "quantized"} if base_model else {}))
+    card_data = ModelCardData(base_model=base_model, base_model_relation="quantized", library_name=LIBRARY_NAME,
+                              tags=[*BASE_TAGS, scheme.name], **(license_info or {}))
     layers = manifest.layers
     quantized = [d for d in layers if d.quantized]
     kept = [d for d in layers if not d.quantized]
     versions = manifest.versions
     source_text = (f"[{source.repo_id}](https://huggingface.co/{source.repo_id}) at commit "
                    f"`{source.commit or source.revision or 'main'}`" if source.repo_id
-                   else f"local folder `{local_name}`" + (f" (Hub: `{base_model}`)" if base_model else ""))
+                   else f"[{base_model}](https://huggingface.co/{base_model}), quantized from a local copy")
     card = ModelCard.from_template(
         card_data, template_path=str(TEMPLATE_PATH),
         title=repo_id.split("/")[-1], repo_id=repo_id, source=source, scheme=scheme,
         scheme_summary=SCHEMES[scheme.name].summary if scheme.name in SCHEMES else "",
-        source_link=f"[{base_model}](https://huggingface.co/{base_model})" if base_model else f"`{local_name}`",
-        source_text=source_text, target_text=f"`{target}`" if target else "its target model (not recorded)",
-        target_cli=target or "TARGET_MODEL", versions={k: versions.get(k, "?") for k in (
+        source_link=f"[{base_model}](https://huggingface.co/{base_model})",
+        source_text=source_text, target_text=f"`{target}`", target_cli=target,
+        versions={k: versions.get(k, "?") for k in (
             "eagle3-quant", "amd-quark", "torch", "transformers", "safetensors", "huggingface_hub")} | versions,
         quantized_modules=", ".join(f"`{d.module}`" for d in quantized) or "none",
         kept_modules=", ".join(f"`{d.module}` ({d.reason})" for d in kept) or "none",
@@ -202,7 +204,8 @@ def build_card(out: str | Path, repo_id: str | None = None, *, target: str | Non
                                                         "huggingface_hub") if k in versions),
         layers=layers, fc_quantized=any(d.role == "fc" for d in quantized),
         validation_headline=_headline(validation), metric_rows=_metric_rows(validation),
-        estimate_rows=estimate_rows(out), engine_rows=engine_rows(validation.engine_run),
+        estimate_rows=estimate_rows(out, digests, report_sha256, validation.metrics.per_position_acceptance_fp8),
+        engine_rows=engine_rows(validation.engine_run),
         vocab_text=vocab_text(manifest.vocab_pruning),
         auto=auto_section(manifest.auto_choice), taps=taps_section(manifest.serve_taps, validation),
         checks=validation.checks, pipeline=pipeline, sglang=_sglang_check(validation),
@@ -210,12 +213,12 @@ def build_card(out: str | Path, repo_id: str | None = None, *, target: str | Non
         sglang_left_out=(manifest.engines.left_out.get("sglang") if manifest.engines is not None else None),
         vllm_taps_notes=[n for n in validation.taps_notes if n.startswith("vllm ")],
         sglang_taps_notes=[n for n in validation.taps_notes if n.startswith("sglang ")],
-        reproduce=_reproduce(source, scheme.name, layers, repo_id, (manifest.vocab_pruning or {}).get("draft_vocab"),
-                             manifest.gptq is not None, manifest.serve_taps,
-                             manifest.engines.requested if manifest.engines else None),
+        reproduce=_reproduce(source, base_model, scheme.name, layers, repo_id,
+                             (manifest.vocab_pruning or {}).get("draft_vocab"), manifest.gptq is not None,
+                             manifest.serve_taps, manifest.engines.requested if manifest.engines else None),
         recorded_command=_recorded_command(manifest.command), device=manifest.device,
         outputs=manifest.outputs, inputs=manifest.inputs, calibration_text=_calibration_text(manifest),
-        unmeasured=not acceptance_measurements(out, validation, manifest_digests(manifest)),
+        unmeasured=not acceptance_measurements(out, validation, digests),
     )
     return DraftCard(str(card), card.data.to_dict(), repo_id, base_model, target, validation)
 

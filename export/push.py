@@ -16,7 +16,7 @@ from eagle3_quant.export.push_files import PushFile, files_to_send, same_as_remo
 from eagle3_quant.options import build_options
 from eagle3_quant.reading.config import read_config_file
 from eagle3_quant.reading.repo_ids import repo_id_problem
-from eagle3_quant.records.evidence import manifest_digests
+from eagle3_quant.records.evidence import check_integrity, manifest_digests
 from eagle3_quant.records.manifest import Manifest
 from eagle3_quant.records.validation_report import acceptance_measurements, read_validation
 
@@ -49,9 +49,11 @@ class PushResult:
         return tuple(f for f in self.files if f.action == "upload")
 
 
-def default_commit_message(manifest: Manifest) -> str:
+def default_commit_message(manifest: Manifest, base_model: str) -> str:
+    """Names the scheme, the BF16 draft by its Hub id (at the commit quantized, when it came from the Hub) and the
+    tool's version."""
     source = manifest.source
-    origin = source.repo_id or Path(source.path or "?").name
+    origin = source.repo_id or base_model
     if source.repo_id and source.commit:
         origin += f"@{source.commit[:12]}"
     return f"Upload {manifest.scheme.name} FP8 Eagle3 draft of {origin} (eagle3-quant {__version__})"
@@ -98,9 +100,10 @@ def _compare(session: HubSession, out: Path, repo_id: str, files: list[PushFile]
 def push_draft(out: str | Path, repo_id: str, options: PushOptions | None = None, **overrides) -> PushResult:
     """Publish OUT to `repo_id` (created if needed) with a generated model card.
 
-    `options` (a `PushOptions`; keywords override its fields). Refuses, before any network request, when OUT
-    has no passing validation report (unless allow_unvalidated), when its acceptance was measured neither by
-    `validate --calib` nor by `bench` (unless allow_unmeasured), or when a file differs from the manifest.
+    `options` (a `PushOptions`; keywords override its fields). Refuses, before any network request and in this
+    order, when a file of OUT differs from the manifest or is not listed in it, when OUT has no passing validation
+    report (unless allow_unvalidated), when its acceptance was measured neither by `validate --calib` nor by
+    `bench` (unless allow_unmeasured), or when the card cannot name the target or the BF16 draft by its Hub id.
     Re-pushing identical content makes no commit.
     """
     opts = build_options(PushOptions, options, overrides)
@@ -108,6 +111,8 @@ def push_draft(out: str | Path, repo_id: str, options: PushOptions | None = None
     out = Path(out)
     _check_arguments(repo_id, revision, create_pr)
     manifest = Manifest.read(out, PublishError)
+    config, config_digest = read_config_file(out / "config.json")      # read once: the card's and the hash's
+    check_integrity(out, manifest, PublishError, {config_digest.path: config_digest})   # integrity speaks first
     digests = manifest_digests(manifest)
     validation = read_validation(out, digests)
     if validation.state == "foreign":     # never published, not even with --allow-unvalidated
@@ -123,13 +128,12 @@ def push_draft(out: str | Path, repo_id: str, options: PushOptions | None = None
             hint="run `eagle3-quant validate OUT --calib CAL` (offline, on a calibration set) or `eagle3-quant "
                  "bench OUT --target TARGET` (vLLM's engine), or pass --allow-unmeasured (a pipeline: "
                  "push.allow_unmeasured: true): the card then says so")
-    config, config_digest = read_config_file(out / "config.json")      # read once: the card's and the hash's
-    files = files_to_send(out, manifest, {config_digest.path: config_digest})
+    files = files_to_send(out, manifest)
     card = build_card(out, repo_id, target=opts.target, base_model=opts.base_model, pipeline=opts.pipeline,
-                      validation=validation, manifest=manifest, config=config)
+                      validation=validation, manifest=manifest, config=config, checked=True)
     card_file = PushFile(CARD_NAME, card.size, hashlib.sha256(card.text.encode("utf-8")).hexdigest(), "card")
     files = sorted([*files, card_file], key=lambda f: f.path)
-    message = opts.commit_message or default_commit_message(manifest)
+    message = opts.commit_message or default_commit_message(manifest, card.base_model)
     branch = revision or DEFAULT_BRANCH
     if dry_run:
         return PushResult(repo_id, None, None, branch, None, None, None, tag, None, tuple(files), card, message,

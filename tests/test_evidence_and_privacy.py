@@ -32,9 +32,12 @@ def validated(tmp_path):
     return src, out
 
 
+NAMES = {"target": "org/target", "base_model": "alice/my-draft"}     # the card's: a local source records none
+
+
 def published_text(out) -> str:
     """Everything push would upload (manifest, validation report, card), as text."""
-    result = push_draft(out, "org/draft-fp8", dry_run=True, allow_unmeasured=True)   # validated without --calib
+    result = push_draft(out, "org/draft-fp8", dry_run=True, **NAMES, allow_unmeasured=True)   # no --calib
     texts = [result.card.text]
     texts += [(out / f.path).read_text() for f in result.files if f.path.endswith(".json")]
     return "\n".join(texts)
@@ -46,7 +49,7 @@ def test_report_names_the_artifact_files_and_push_accepts_it(validated):
     manifest = json.loads((out / "eagle3_quant.json").read_text())
     assert data["artifact"] == "fp8"
     assert data["artifact_files"] == {e["path"]: e["sha256"] for e in manifest["outputs"]}
-    assert push_draft(out, "org/draft-fp8", dry_run=True, allow_unmeasured=True).validation_state == "passed"
+    assert push_draft(out, "org/draft-fp8", dry_run=True, **NAMES, allow_unmeasured=True).validation_state == "passed"
 
 
 def test_report_of_another_artifact_is_refused_and_never_shown(validated, tmp_path):
@@ -55,9 +58,9 @@ def test_report_of_another_artifact_is_refused_and_never_shown(validated, tmp_pa
     shutil.copy(out / "validation.json", other / "validation.json")     # a passing report, but for `fp8`
     for allow in (False, True):
         with pytest.raises(NotValidatedError, match="belongs to another artifact") as info:
-            push_draft(other, "org/other", dry_run=True, allow_unvalidated=allow)
+            push_draft(other, "org/other", dry_run=True, **NAMES, allow_unvalidated=allow)
         assert "fp8" in str(info.value) and "model.safetensors" in str(info.value)
-    card = make_card(other, "org/other", write=False)
+    card = make_card(other, "org/other", write=False, **NAMES)
     assert card.validation.state == "foreign" and "**Not validated**" in card.text
     assert "passed; the full report" not in card.text
 
@@ -67,7 +70,7 @@ def test_requantized_artifact_needs_validating_again(validated):
     quantize_draft(src, out, device="cpu", exclude=["down_proj"], force=True)
     assert not (out / "validation.json").exists()      # the whole folder was replaced
     validate_draft(out, kernel=False)
-    assert push_draft(out, "org/draft-fp8", dry_run=True, allow_unmeasured=True).validation_state == "passed"
+    assert push_draft(out, "org/draft-fp8", dry_run=True, **NAMES, allow_unmeasured=True).validation_state == "passed"
 
 
 def test_published_files_name_a_local_source_by_its_folder_only(validated, tmp_path):
@@ -78,7 +81,8 @@ def test_published_files_name_a_local_source_by_its_folder_only(validated, tmp_p
     assert manifest["source"]["path"] == "my-draft" and manifest["inputs"]
     # the absolute path stays local, for validate's default reference, and is never hashed nor sent
     assert json.loads((out / LOCAL_RECORD).read_text())["source_path"] == str(src.resolve())
-    assert LOCAL_RECORD not in {f.path for f in push_draft(out, "org/x", dry_run=True, allow_unmeasured=True).files}
+    pushed = push_draft(out, "org/x", dry_run=True, **NAMES, allow_unmeasured=True)
+    assert LOCAL_RECORD not in {f.path for f in pushed.files}
     assert validate_draft(out, kernel=False).reference == src.resolve()
 
 

@@ -133,7 +133,7 @@ def test_gptq_records_itself_reproduces_and_is_on_the_card(tiny_pair, holdout_ca
     again = quantize_draft(tiny_pair.draft, tmp_path / "again", device="cpu", calib=holdout_calib, gptq=True)
     assert [(o.path, o.sha256) for o in again.manifest.outputs] == \
         [(o.path, o.sha256) for o in llama_gptq.manifest.outputs]
-    card = build_card(llama_gptq.output, "ORG/tiny-fp8").text
+    card = build_card(llama_gptq.output, "org/tiny-fp8", target="org/target", base_model="org/draft").text
     assert "GPTQ rounding (Quark's) of the FP8 weights on 128 samples" in card
     assert "--gptq --calib CAL" in card
 

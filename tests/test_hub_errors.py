@@ -157,8 +157,8 @@ def test_push_under_the_users_offline_mode_is_refused_in_one_line(offline, tiny_
     monkeypatch.setenv("HF_TOKEN", "hf_not_used")
     artifact = shutil.copytree(tiny_pair.fp8, tmp_path / "art")
     before = sorted(p.name for p in artifact.iterdir())
-    code, _, err = run_cli(["push", artifact, "--repo-id", REPO, "--allow-unmeasured", "--allow-unvalidated"],
-                           capsys)
+    code, _, err = run_cli(["push", artifact, "--repo-id", REPO, "--allow-unmeasured", "--allow-unvalidated",
+                            "--target", "org/target", "--base-model", "org/draft"], capsys)
     line = _one_error_line(code, err, REPO, "HF_HUB_OFFLINE is set: publishing needs the Hub")
     assert "unset HF_HUB_OFFLINE" in line
     assert sorted(p.name for p in artifact.iterdir()) == before          # no card written

@@ -88,7 +88,8 @@ def test_no_published_file_holds_a_local_path(tmp_path, capsys):
     for argv in (["quantize", str(src), str(out), "--scheme", "fp8", "--calib", str(cal), "--auto-exclude", "0.5",
                   "--device", "cpu"],
                  ["validate", str(out), "--reference", str(src), "--calib", str(cal), "--no-kernel"],
-                 ["card", str(out), "--target", str(target)]):
+                 ["card", str(out), "--repo-id", "alice/my-draft-fp8", "--target", "org/my-target", "--base-model",
+                  "alice/my-draft"]):
         with pytest.raises(SystemExit) as exit_info:
             main(argv)
         assert exit_info.value.code in (0, 1, None), capsys.readouterr().err   # 1: a gate of the random draft

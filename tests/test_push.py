@@ -221,7 +221,7 @@ def test_changed_artifact_or_stray_file_refused(make_out, hub):
         push_draft(out, REPO)
     out2 = make_out(name="o2")
     (out2 / "notes.txt").write_text("scratch")
-    with pytest.raises(PublishError, match="files not in the manifest: notes.txt"):
+    with pytest.raises(PublishError, match="files not in the manifest: 'notes.txt'"):
         push_draft(out2, REPO)
     assert hub.requests == []
 

@@ -200,7 +200,7 @@ def test_tiny_pair_auto_table_in_cli_and_card(auto_on_tiny_pair):
 
     out, manifest, printed = auto_on_tiny_pair
     assert "acceptance ratio (95% CI)" in printed and f"chose {manifest.auto_choice.chosen}" in printed
-    card = build_card(out).text
+    card = build_card(out, "org/tiny-auto", target="org/target", base_model="org/draft").text
     chosen = manifest.auto_choice.chosen_candidate
     assert "### How this candidate was chosen" in card and "acceptance ratio (95% CI)" in card
     assert f"Chosen: **{chosen.name}**" in card

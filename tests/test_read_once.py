@@ -76,5 +76,6 @@ def test_push_opens_the_artifacts_config_once(tiny_pair, tmp_path):
 
     artifact = Path(shutil.copytree(tiny_pair.fp8, tmp_path / "art"))
     counted = opens_during([artifact / "config.json"], lambda: push_draft(
-        artifact, "org/draft-fp8", allow_unvalidated=True, allow_unmeasured=True, dry_run=True))
+        artifact, "org/draft-fp8", allow_unvalidated=True, allow_unmeasured=True, dry_run=True, target="org/target",
+        base_model="org/draft"))
     assert counted == {"art/config.json": 1}

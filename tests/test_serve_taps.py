@@ -137,7 +137,7 @@ def test_sglangs_own_loader_still_feeds_the_trained_layers(reports):
 
 
 def test_the_card_states_each_engines_layers_and_the_acceptance_under_each(artifacts, reports):
-    text = build_card(artifacts["trained"], "org/tiny-fp8").text
+    text = build_card(artifacts["trained"], "org/tiny-fp8", target="org/target", base_model="org/draft").text
     assert "### Target layers the engines feed the draft" in text
     assert "| vLLM, model runner V1 | `hidden_states[0, 1, 2]` | `hidden_states[1, 2, 3]` |" in text
     assert "| SGLang 0.5.23 | `hidden_states[1, 2, 3]` | `hidden_states[1, 2, 3]` |" in text
@@ -154,7 +154,7 @@ def test_the_card_states_each_engines_layers_and_the_acceptance_under_each(artif
         assert float(served[column]) >= TRAINED_BAR > SHIPPED_BAR > float(shipped[column]), column
     assert f"Best measured candidate for this FP8 draft: {EVERYONE}." in text
     assert "OUT --scheme ptpc_fp8 --calib CAL" not in text        # decided by the config, no set needed
-    as_is = build_card(artifacts["as-is"], "org/tiny-fp8").text
+    as_is = build_card(artifacts["as-is"], "org/tiny-fp8", target="org/target", base_model="org/draft").text
     assert "`--serve-taps as-is`: the ids as the source wrote them, each engine reading them its own way" in as_is
     assert "--serve-taps as-is" in as_is.split("eagle3-quant quantize", 1)[1].splitlines()[0]
 

@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from hub_server.fixtures import bound
 
 from eagle3_quant.cli import main
 from eagle3_quant.cost import checkpoint_cost, get_device_profile
@@ -32,7 +33,7 @@ def report(folder: Path, *, fp8=FP8_RATES, bf16=BF16_RATES, timing: dict | None 
                         "acceptance_length_fp8": 1 + sum(fp8), "k": len(fp8), "drafts": 6000},
             "kernel": {"status": "passed", "device": "AMD Instinct MI355X", "timing": timing}}
     path = folder / "validation.json"
-    path.write_text(json.dumps(data))
+    path.write_text(json.dumps(bound(data, folder) if (folder / "eagle3_quant.json").is_file() else data))
     return path
 
 
@@ -101,18 +102,29 @@ def test_cli_writes_estimate_and_card_shows_it(quantized_tiny, tmp_path: Path, c
     _, built = quantized_tiny()
     out = tmp_path / "out"
     shutil.copytree(built, out)
-    card = build_card(out).text
-    assert "speedup estimate | not measured" in card
+    names = {"repo_id": "org/x-fp8", "target": "org/target", "base_model": "org/draft"}
+    card = build_card(out, **names).text
+    assert "speedup estimate | not measured (run `eagle3-quant estimate OUT --verify-ms X --write`)" in card
     report(out)
+    before = sorted(p.name for p in out.iterdir())
     with pytest.raises(SystemExit) as exit_:
         main(["estimate", str(out), "--verify-ms", "2.56", "--draft-ms", "1.8"])
-    assert exit_.value.code == 0
-    assert "ESTIMATE" in capsys.readouterr().out
+    assert exit_.value.code == 0 and "ESTIMATE" in capsys.readouterr().out
+    assert sorted(p.name for p in out.iterdir()) == before       # printed only: written when asked
+    with pytest.raises(SystemExit) as exit_:
+        main(["estimate", str(out), "--verify-ms", "2.56", "--draft-ms", "1.8", "--write"])
+    assert exit_.value.code == 0 and f"wrote {out / ESTIMATE_NAME}" in capsys.readouterr().out
     data = json.loads((out / ESTIMATE_NAME).read_text())
     assert round(data["verify_share"], 2) == 0.59 and data["kind"].startswith("estimate")
-    card = build_card(out).text
+    assert data["artifact_files"] == json.loads((out / "validation.json").read_text())["artifact_files"]
+    card = build_card(out, **names).text
     assert "speedup over no speculation (ESTIMATE) | 1.67x" in card    # 2.85 * 2.56 / 4.36
-    assert "2.560 ms, given" in card and "1.800 ms, given (--draft-ms)" in card
+    assert "2.560 ms, given (`--verify-ms`)" in card and "1.800 ms, given (--draft-ms)" in card
+    assert "2.850, from validation.json: 6000 chains, per-position 0.800, 0.600, 0.450" in card
+    assert "| inputs: validation report | `validation.json` of this repository, sha256 `" in card
+    report(out, fp8=[0.8, 0.6, 0.4])             # validated again: the estimate is of the report before
+    assert "| speedup estimate | not measured (speedup_estimate.json was made from another validation report" \
+        in build_card(out, **names).text
     with pytest.raises(SystemExit) as exit_:
         main(["estimate", str(out), "--verify-ms", "-1"])
     assert exit_.value.code == 2

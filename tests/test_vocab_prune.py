@@ -158,11 +158,12 @@ def test_card_states_the_pruned_vocabulary(quantized_tiny, tmp_path: Path):
     _, built = quantized_tiny()
     out = tmp_path / "out"
     shutil.copytree(built, out)
-    assert "draft vocabulary |" not in build_card(out).text
+    names = {"repo_id": "org/x-fp8", "target": "org/target", "base_model": "org/draft"}
+    assert "draft vocabulary |" not in build_card(out, **names).text
     manifest = json.loads((out / "eagle3_quant.json").read_text())
     manifest["vocab_pruning"] = {"draft_vocab_before": 768, "draft_vocab": 256, "target_tokens": 14336,
                                  "coverage": 0.9648, "coverage_before": 0.9955}
     (out / "eagle3_quant.json").write_text(json.dumps(manifest))
-    card = build_card(out).text
+    card = build_card(out, **names).text
     assert "| draft vocabulary | pruned 768 -> 256 tokens" in card and "96.48% of its 14,336" in card
     assert "--draft-vocab 256 --calib CAL" in card

@@ -6,14 +6,17 @@ from typing import Annotated
 import typer
 
 from eagle3_quant.cli.app import verb
+from eagle3_quant.export.options import PushOptions
+from eagle3_quant.options import help_of
 
 
 @verb("card")
 def card_command(
     out: Annotated[Path, typer.Argument(help="Quantized draft folder.")],
-    repo_id: Annotated[str | None, typer.Option("--repo-id", help="Repository the card will live in.")] = None,
-    target: Annotated[str | None, typer.Option(help="Target model the draft serves.")] = None,
-    base_model: Annotated[str | None, typer.Option(help="Hub id of the BF16 source draft.")] = None,
+    repo_id: Annotated[str | None, typer.Option("--repo-id", help="Repository the card will live in (ORG/NAME).")]
+    = None,
+    target: Annotated[str | None, typer.Option(help=help_of(PushOptions, "target"))] = None,
+    base_model: Annotated[str | None, typer.Option(help=help_of(PushOptions, "base_model"))] = None,
     print_only: Annotated[bool, typer.Option("--print", help="Print the card instead of writing README.md.")]
     = False,
 ) -> None:

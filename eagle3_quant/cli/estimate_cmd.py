@@ -27,16 +27,17 @@ def estimate_command(
     device_profile: Annotated[str, typer.Option(
         "--device-profile", help="mi355x, mi300x or h200: bandwidth for the floor.")] = "mi355x",
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
-    no_write: Annotated[bool, typer.Option("--no-write", help="Do not write OUT/speedup_estimate.json.")] = False,
+    write: Annotated[bool, typer.Option("--write", help="Write OUT/speedup_estimate.json, which the model card "
+                                        "then shows with its inputs (default: print only).")] = False,
 ) -> None:
     """Estimate the speedup of serving with this draft: tokens per cycle from measured acceptance, a cycle model."""
     from eagle3_quant.speedup import estimate_draft
 
     result = estimate_draft(out, verify_ms, validation=validation, draft_ms=draft_ms, k=k,
-                            device_profile=device_profile, write=not no_write)
+                            device_profile=device_profile, write=write)
     if as_json:
         typer.echo(json.dumps(result.to_dict(), indent=2, allow_nan=False))
         return
     from eagle3_quant.cli.render_cost import print_estimate
 
-    print_estimate(result, None if no_write else out / "speedup_estimate.json")
+    print_estimate(result, out / "speedup_estimate.json" if write else None)

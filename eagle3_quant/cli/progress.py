@@ -14,10 +14,9 @@ LINE_EVERY_S = 30.0
 
 
 def _console():
-    from rich.console import Console
+    from eagle3_quant.cli.data_console import data_console
 
-    console = Console(file=sys.stderr, highlight=False)
-    return console if console.is_terminal else Console(file=sys.stderr, highlight=False, width=140)
+    return data_console(sys.stderr)
 
 
 class TerminalProgress:

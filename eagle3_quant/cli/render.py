@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from eagle3_quant.cli.data_console import data_console
 from eagle3_quant.records.validation_report import prediction_text
 from eagle3_quant.schemes import scheme_label
 from eagle3_quant.util.formatting import human_bytes
 
-console = Console(highlight=False)
-if not console.is_terminal:  # logs and pipes: wide enough that runtime layer names are never cut
-    console = Console(highlight=False, width=140)
+console = data_console()
 
 
 def print_inspection(report) -> None:

@@ -18,7 +18,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from eagle3_quant.errors import Eagle3QuantError, ManifestError, PublishError
+from eagle3_quant.errors import Eagle3QuantError, ManifestError, PublishError, one_line
 from eagle3_quant.reading.limits import load_json_file
 from eagle3_quant.records.auto_choice import AutoChoiceRecord
 from eagle3_quant.records.serve_taps import ServeTapsRecord
@@ -206,7 +206,7 @@ def served_layers(artifact: Path) -> list[int] | None:
 def output_path(out: Path, rel: object, manifest: Path, error: type[Eagle3QuantError] = PublishError) -> Path:
     """OUT/rel, refused unless `rel` is a relative path that stays inside OUT (links included)."""
     if not isinstance(rel, str) or not rel or Path(rel).is_absolute() or ".." in Path(rel).parts \
-            or "\\" in rel:
+            or "\\" in rel or one_line(rel) != rel:      # a control character: not a name this tool writes
         raise error(f"output path {rel!r} is not a path inside the output folder", path=manifest,
                     field="outputs.path")
     path = out / rel

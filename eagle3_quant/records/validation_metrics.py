@@ -17,6 +17,7 @@ from eagle3_quant.errors import ValidationRecordError
 from eagle3_quant.records.fields import RecordFields
 
 Numbers = tuple[float | None, ...]
+AGREE = 1e-6        # measured numbers written at full precision agree with each other to far better than this
 
 
 def _fields(data: Any, path: Path | None, at: str) -> RecordFields:
@@ -186,6 +187,21 @@ class ValidationMetrics:
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.raw)
+
+    def acceptance_problem(self) -> tuple[str, str] | None:
+        """(field, why) when the acceptance numbers disagree with each other, as no measurement can (a hand edit):
+        per-position rates that rise (rate j is the share of chains whose first j+1 steps were all accepted), or
+        an acceptance length other than 1 + their sum; None when they agree."""
+        for side in ("fp8", "bf16"):
+            rates, length = getattr(self, f"per_position_acceptance_{side}"), getattr(self, f"acceptance_length_{side}")
+            if not rates or any(r is None for r in rates):
+                continue
+            if any(later > earlier + AGREE for earlier, later in zip(rates, rates[1:], strict=False)):
+                return f"metrics.per_position_acceptance_{side}", "rises from one position to the next: not measured"
+            if length is not None and abs(length - 1 - sum(rates)) > AGREE:
+                return (f"metrics.acceptance_length_{side}", f"{length} is not 1 + the sum of "
+                        f"per_position_acceptance_{side} ({1 + sum(rates):.6f}): not measured")
+        return None
 
     @property
     def measured_offline(self) -> bool:

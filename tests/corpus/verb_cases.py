@@ -9,6 +9,7 @@ comes before any read, and that nothing of them reaches the output.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from collections.abc import Callable
@@ -168,6 +169,40 @@ VERB_CASES: tuple[VerbCase, ...] = (
     VerbCase("run-source-neither-folder-nor-repo-id",
              lambda r: ["run", str(pipeline(r, f"source: ../nope\nworkdir: {r / 'work'}\npush:\n  enabled: false\n"))],
              ("field 'source'", "no such folder")),
+    VerbCase("run-duplicate-push-section",       # the second section would drop the first's dry_run
+             lambda r: ["run", str(pipeline(r, f"source: {tiny(r)}\nworkdir: {r / 'work'}\npush:\n  dry_run: true\n"
+                                               "  repo_id: org/x\npush:\n  repo_id: org/x\n"))],
+             ("pipeline.yaml", "key 'push' appears twice (lines 3 and 6)")),
+    VerbCase("run-key-not-a-name", lambda r: ["run", str(tiny_pipeline(r, "1: one\n"))],
+             ("pipeline.yaml", "key 1 is not a name")),
+    VerbCase("run-empty-source",
+             lambda r: ["run", str(pipeline(r, f"source: ''\nworkdir: {r / 'work'}\npush:\n  enabled: false\n"))],
+             ("pipeline.yaml", "field 'source'", "'' is empty")),
+    VerbCase("run-placeholder-repository",
+             lambda r: ["run", str(pipeline(r, f"source: {tiny(r)}\nworkdir: {r / 'work'}\npush:\n"
+                                               "  repo_id: ORG/tiny-fp8\n")), "--dry-run"],
+             ("field 'push.repo_id'", "'ORG/tiny-fp8' is a placeholder")),
+    VerbCase("run-workdir-inside-source",
+             lambda r: ["run", str(pipeline(r, f"source: {tiny(r)}\nworkdir: {r / 'src' / 'work'}\n"
+                                               "push:\n  enabled: false\n"))],
+             ("field 'workdir'", "is inside source")),
+    # card, push, estimate: what reaches a card belongs to this artifact, integrity named first
+    VerbCase("card-changed-artifact", lambda r: ["card", str(changed(quantized(r))), *NAMES],
+             ("the artifact differs from its manifest", "model.safetensors changed after export")),
+    VerbCase("card-local-target", lambda r: ["card", str(quantized(r)), "--repo-id", "org/x", "--target", str(r)],
+             ("field 'target'", "not a Hub repo id", "the card names the target by its Hub id")),
+    VerbCase("push-changed-never-validated", lambda r: [*_push(changed(quantized(r)))],
+             ("the artifact differs from its manifest", "model.safetensors changed after export")),
+    VerbCase("push-file-name-forges-a-line", lambda r: [*_push(named(quantized(r), "x\nerror: forged"))],
+             ("files not in the manifest", "'x\\nerror: forged'")),
+    VerbCase("estimate-another-artifacts-report",
+             lambda r: ["estimate", str(quantized(r)), "--verify-ms", "2", "--validation",
+                        str(acceptance_report(r / "other.json", r / "fp8", foreign=True)), "--write"],
+             ("other.json", "field 'artifact_files'", "belongs to another artifact")),
+    VerbCase("estimate-hand-edited-acceptance",
+             lambda r: ["estimate", str(quantized(r)), "--verify-ms", "2", "--validation",
+                        str(acceptance_report(r / "edited.json", r / "fp8", rates=[0.95, 0.9, 0.85])), "--write"],
+             ("edited.json", "field 'metrics.acceptance_length_fp8'", "is not 1 + the sum")),
     # sensitivity
     VerbCase("sensitivity-calib-shard-outside",
              lambda r: ["sensitivity", str(tiny(r)), "--calib", str(index_shard_outside(r, calib_set(r))),
@@ -200,8 +235,36 @@ VERB_CASES: tuple[VerbCase, ...] = (
 )
 
 
+NAMES = ("--repo-id", "org/draft-fp8", "--target", "org/target", "--base-model", "org/draft")
+
+
 def _push(out: Path) -> list[str]:
     return ["push", str(out), "--repo-id", "org/draft-fp8", "--dry-run"]
+
+
+def changed(out: Path) -> Path:
+    """One byte of the weights changed after quantize (the manifest still lists the old sha256)."""
+    data = bytearray((out / "model.safetensors").read_bytes())
+    data[-1] ^= 1
+    (out / "model.safetensors").write_bytes(bytes(data))
+    return out
+
+
+def named(out: Path, name: str) -> Path:
+    (out / name).write_text("not in the manifest")
+    return out
+
+
+def acceptance_report(path: Path, out: Path, *, foreign: bool = False, rates=(0.8, 0.6, 0.45)) -> Path:
+    """A passing report with measured acceptance for the artifact OUT (`foreign`: naming other files' sha256) whose
+    acceptance length is 1 + the sum of the per-position rates the report was written with."""
+    files = {p.name: "0" * 64 if foreign else hashlib.sha256(p.read_bytes()).hexdigest() for p in out.iterdir()
+             if p.name not in ("eagle3_quant.json", "README.md")}
+    metrics = {"per_position_acceptance_fp8": list(rates), "acceptance_length_fp8": 1 + sum((0.8, 0.6, 0.45)),
+               "k": 3, "drafts": 6000}
+    path.write_text(json.dumps({"report_version": 1, "passed": True, "artifact": out.name, "artifact_files": files,
+                                "checks": [], "metrics": metrics}))
+    return path
 
 
 def edit_manifest_text(out: Path, text: str) -> Path:

@@ -16,6 +16,7 @@ from . import running_hub
 TOKEN = "hf_TestSecretToken0123456789abcdef"
 USER = "alice"
 
+SOURCE_HUB_ID = "org/tiny-eagle3"      # the Hub id make_out's artifacts record for their BF16 source
 PASSED_REPORT = {
     "report_version": 1,
     "passed": True,
@@ -72,12 +73,17 @@ def hub_client(hub, monkeypatch):
 
 @pytest.fixture
 def make_out(quantized_tiny, tmp_path):
-    """make_out(report) -> a copy of a real quantized tiny draft with that validation.json (None: no report)."""
+    """make_out(report) -> a copy of a real quantized tiny draft with that validation.json (None: no report), its
+    manifest naming the source as a download of `hub_id` (the card's base model; None: a local draft only)."""
 
-    def build(report: dict | str | None = PASSED_REPORT, name: str = "out") -> Path:
+    def build(report: dict | str | None = PASSED_REPORT, name: str = "out", hub_id: str | None = SOURCE_HUB_ID
+              ) -> Path:
         _, source_out = quantized_tiny()
         out = tmp_path / name
         shutil.copytree(source_out, out)
+        manifest = json.loads((out / "eagle3_quant.json").read_text())
+        manifest["source"]["hub_id"] = hub_id
+        (out / "eagle3_quant.json").write_text(json.dumps(manifest, indent=2))
         if isinstance(report, dict):
             (out / "validation.json").write_text(json.dumps(bound(report, out), indent=2))
         elif isinstance(report, str):
