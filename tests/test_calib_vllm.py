@@ -228,14 +228,14 @@ def test_a_target_split_over_two_processes_captures_the_same_set(both_sets, held
     """`calibrate --backend vllm --tensor-parallel-size 2`: the hidden-states connector runs in vLLM's worker
     processes, where the synchronous write (no pinned memory on the CPU platform) reaches it through vLLM's plugin
     entry point; rank 0 writes. The same prompts, continuations and next tokens as one process; states within
-    fp32 rounding of a split sum (measured: largest difference 1.5e-7 of each position's largest state)."""
+    fp32 rounding of a split sum (measured: largest difference 9.6e-7 of each position's largest state)."""
     sets, _ = both_sets
     said = []
     progress = SimpleNamespace(say=said.append, task=SILENT.task)
     result = calibrate_target(TARGET, DRAFT, heldout_text, tmp_path / "tp2", backend="vllm", tensor_parallel_size=2,
                               progress=progress, **SMALL)
     said = "\n".join(said)
-    assert "vLLM workaround synchronous_write in rank 0" in said and "tensor parallel 2" in said
+    assert "vLLM workaround synchronous_write in rank 0: no pinned memory" in said and "tensor parallel 2" in said
     split, single = load_calibration(result.path), sets["vllm"]
     assert single.info.differences(split.info) == ["extra.engine_layout"]
     assert split.info.extra["engine_layout"]["tensor_parallel_size"] == 2

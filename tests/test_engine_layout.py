@@ -128,13 +128,15 @@ def report(pid: int, process: str, calls: int, compared: int = 0, diff: float = 
 
 
 def test_changes_are_merged_over_processes_each_once(cpu_changes):
-    merged = cpu_changes.merge([report(10, "engine", 0), report(11, "rank 0", 120, 8, 0.0, writes=5),
-                                report(12, "rank 1", 118, 8, 0.25)])
+    rank1 = report(12, "rank 1", 118, 8, 0.25)
+    rank1["workarounds"] = {"synchronous_write": {"why": "no pinned memory", "calls": 0}}   # made, never acted
+    merged = cpu_changes.merge([report(10, "engine", 0), report(11, "rank 0", 120, 8, 0.0, writes=5), rank1])
     op = merged["substituted_ops"]["torch._scaled_mm"]
     assert (op["calls"], op["compared_calls"], op["max_abs_diff"]) == (238, 16, 0.25)
     assert op["processes"] == {"rank 0": 120, "rank 1": 118}
     assert merged["registered_kernels"]["EmulationMxfp4LinearKernel"]["processes"] == ["rank 0", "rank 1"]
-    assert merged["workarounds"]["synchronous_write"]["processes"] == {"rank 0": 5}
+    assert merged["workarounds"]["synchronous_write"] == {"why": "no pinned memory", "calls": 5,
+                                                          "processes": {"rank 0": 5}}
     assert set(merged["processes"]) == {"engine", "rank 0", "rank 1"}
     # one process that is both the child and the only worker (tensor parallel 1) counts once, as the worker
     single = cpu_changes.merge([report(10, "engine", 7), report(10, "rank 0", 7)])

@@ -56,7 +56,8 @@ def process_report(worker=None) -> dict:
 
 def merge(reports: list[dict]) -> dict:
     """One row per op, kernel and workaround over every process (each process once: in a single-process engine the
-    worker is the child itself); ``processes`` names where each acted (calls > 0) or was registered."""
+    worker is the child itself); ``processes`` names where each acted (calls > 0: the hidden-states connector writes
+    in tensor-parallel rank 0 alone) or was registered."""
     seen: dict[int, dict] = {}
     for report in reports:
         if report["pid"] not in seen or report["process"] != "engine":
@@ -80,7 +81,8 @@ def merge(reports: list[dict]) -> dict:
         for name, row in report["workarounds"].items():
             merged = workarounds.setdefault(name, {"why": row["why"], "calls": 0, "processes": {}})
             merged["calls"] += row["calls"]
-            merged["processes"][where] = row["calls"]
+            if row["calls"]:
+                merged["processes"][where] = row["calls"]
     return {"substituted_ops": ops, "registered_kernels": kernels, "workarounds": workarounds,
             "processes": {report["process"]: report["applied"] for report in seen.values()}}
 
