@@ -69,7 +69,7 @@ class EngineLayout:
             ("tensor_parallel_size", "tensor parallel"), ("pipeline_parallel_size", "pipeline parallel"),
             ("data_parallel_size", "data parallel")) if getattr(self, name) > 1]
         parts += ["expert parallel"] if self.enable_expert_parallel else []
-        parts += [f"{key}={json.dumps(value)}" for key, value in (self.engine_args or {}).items()]
+        parts += [f"{key}={json.dumps(value, allow_nan=False)}" for key, value in (self.engine_args or {}).items()]
         return ", ".join(parts) or "one process"
 
     def to_dict(self) -> dict:

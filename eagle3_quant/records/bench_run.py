@@ -209,7 +209,7 @@ class Lossless:
 
 def output_digest(tokens: list[int]) -> str:
     """A greedy output's fingerprint: the first 16 hex digits of the sha256 of its token ids as JSON."""
-    return hashlib.sha256(json.dumps([int(t) for t in tokens]).encode()).hexdigest()[:16]
+    return hashlib.sha256(json.dumps([int(t) for t in tokens], allow_nan=False).encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)

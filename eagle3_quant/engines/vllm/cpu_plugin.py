@@ -50,7 +50,7 @@ def install(changes: list[str]) -> str | None:
     for path, text in files.items():
         with open(path, "w") as fh:
             fh.write(text)
-    os.environ[CHANGES_ENV] = json.dumps({"folder": HERE, "changes": list(changes)})
+    os.environ[CHANGES_ENV] = json.dumps({"folder": HERE, "changes": list(changes)}, allow_nan=False)
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
     sys.path.append(root)
     allowed = os.environ.get("VLLM_PLUGINS")
