@@ -26,8 +26,8 @@ GEMMS = {"fp32 GEMM (default)": None, "torch._scaled_mm": "reference"}
 
 
 def measure(num_prompts: int, max_tokens: int) -> dict:
-    from eagle3_quant.bench.api import cpu_changes
     from eagle3_quant.bench.options import BenchOptions
+    from eagle3_quant.engines.changes import changes_for
     from eagle3_quant.quantize.api import quantize_draft
     from fixtures.real_pair.draft_files import DRAFT_DIR
     from fixtures.real_pair.prompts import HELDOUT_FILE
@@ -50,7 +50,7 @@ def measure(num_prompts: int, max_tokens: int) -> dict:
                 request = {"target": target.name, "draft": str(Path(draft).resolve()), "k": 3, "dtype": "bfloat16",
                            "prompts": prompts, "max_tokens": max_tokens,
                            "max_model_len": max(len(p) for p in prompts) + max_tokens + 20, "max_num_seqs": 32,
-                           "seed": 0, "sweep": None, "changes": cpu_changes(info, mx=False)}
+                           "seed": 0, "sweep": None, "changes": changes_for(info, mx=False)}
                 started = time.perf_counter()
                 result = run_child(command, request, 3600).checked()
                 rows[f"{draft_name}, {gemm}"] = {

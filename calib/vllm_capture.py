@@ -31,7 +31,7 @@ import torch
 
 from eagle3_quant.calib.engine_dump import read_engine_record
 from eagle3_quant.engine_layout import EngineLayout
-from eagle3_quant.engines.changes import change_lines
+from eagle3_quant.engines.changes import change_lines, changes_for
 from eagle3_quant.engines.environment import (
     VLLM_CHILDREN,
     EngineInfo,
@@ -125,9 +125,7 @@ def engine_request(engine: VllmEngine, spec, taps: tuple[int, ...], dtype: str, 
               **({"enforce_eager": True} if engine.info.cpu else {}),      # what was measured on the CPU build
               **({"quantization": opts.target_quantization} if opts.target_quantization else {}),
               **opts.layout().llm_kwargs()}
-    changes = ["synchronous_write"]               # acts only where the platform has no pinned memory
-    if engine.info.cpu:
-        changes += ["static_fp8_ops", "fast_scaled_mm", *(["mx_emulation"] if spec.precision.mx else [])]
+    changes = changes_for(engine.info, spec.precision.mx, hidden_states=True)
     return {"target": spec.name, "dtype": dtype, "layer_ids": list(taps), "samples": list(prompts),
             "prompts": [list(p) for p in prompts.values()], "max_tokens": opts.generate_tokens + 1,
             "dump": str(folder), "engine": kwargs, "changes": changes}

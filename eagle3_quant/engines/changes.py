@@ -1,7 +1,20 @@
-"""What an engine child's changes to vLLM's CPU build did, in words: each op supplied, kernel registered and
-workaround applied, with the vLLM processes where it acted (``vllm/cpu_changes.py`` merges them)."""
+"""The changes an engine child makes to vLLM's CPU build (``vllm/cpu_changes.py``, in every vLLM process): which a
+run asks for, and what they did, in words: each op supplied, kernel registered and workaround applied, with the vLLM
+processes where it acted."""
 
 from __future__ import annotations
+
+from eagle3_quant.engines.environment import EngineInfo
+
+
+def changes_for(info: EngineInfo, mx: bool, hidden_states: bool = False) -> list[str]:
+    """The changes a run asks for: the static-FP8 ops and the fp32 GEMM for FP8 on a CPU engine, vLLM's MX emulation
+    kernels when the run serves MX weights there; for vLLM's hidden-state export, the synchronous write on any
+    engine (it acts only where the platform has no pinned memory)."""
+    changes = ["synchronous_write"] if hidden_states else []
+    if info.cpu:
+        changes += ["static_fp8_ops", "fast_scaled_mm", *(["mx_emulation"] if mx else [])]
+    return changes
 
 
 def _where(processes) -> str:
