@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from eagle3_quant.cost import DEVICE_PROFILES, DraftDims, dims_cost
+from eagle3_quant.cost import DraftDims, dims_cost
+from eagle3_quant.devices import DEVICE_PROFILES
 from eagle3_quant.util.formatting import human_bytes
 
 PRUNED_VOCAB = 32000

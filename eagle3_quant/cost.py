@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from eagle3_quant.devices import DeviceProfile, get_device_profile
 from eagle3_quant.errors import SchemeError
 from eagle3_quant.reading.safetensors_header import DTYPE_SIZES, FP8_DTYPES
 from eagle3_quant.reading.scale_names import QUANT_SUFFIXES
@@ -31,28 +32,6 @@ MATMUL_PARTS = frozenset({"fc", "attention", "mlp", "lm_head"})
 LAYER_PREFIXES = ("midlayer.", "layers.0.", "model.layers.0.")
 MX_GROUP = 32                 # OCP MX: one E8M0 scale byte per 32 elements along the input dimension
 KV_CACHE_DTYPE_BYTES = 2      # BF16 KV cache: the draft's artifacts quantize no KV cache
-
-
-@dataclass(frozen=True)
-class DeviceProfile:
-    name: str
-    device: str
-    hbm_bytes_per_s: float     # peak HBM bandwidth, public spec sheet
-
-
-DEVICE_PROFILES: dict[str, DeviceProfile] = {p.name: p for p in (
-    DeviceProfile("mi355x", "AMD Instinct MI355X", 8.0e12),
-    DeviceProfile("mi300x", "AMD Instinct MI300X", 5.3e12),
-    DeviceProfile("h200", "NVIDIA H200", 4.8e12),
-)}
-
-
-def get_device_profile(name: str) -> DeviceProfile:
-    try:
-        return DEVICE_PROFILES[name]
-    except KeyError:
-        raise SchemeError(f"unknown device profile {name!r}; valid profiles: {', '.join(DEVICE_PROFILES)}",
-                          field="device_profile") from None
 
 
 @dataclass(frozen=True)

@@ -10,13 +10,13 @@ import pytest
 
 from eagle3_quant.cli import main
 from eagle3_quant.cost import (
-    DEVICE_PROFILES,
     DraftDims,
     WeightTensor,
     checkpoint_cost,
     dims_cost,
     part_of,
 )
+from eagle3_quant.devices import DEVICE_PROFILES
 from eagle3_quant.errors import SchemeError
 from eagle3_quant.reading.safetensors_header import DTYPE_SIZES
 
@@ -129,7 +129,7 @@ def test_refusals(kimi_bf16: Path):
         checkpoint_cost(kimi_bf16, draft_vocab=200000)
     with pytest.raises(SchemeError, match="mi355x, mi300x, h200"):
         checkpoint_cost(kimi_bf16, device_profile="a100")
-    assert set(DEVICE_PROFILES) == {"mi355x", "mi300x", "h200"}
+    assert set(DEVICE_PROFILES) == {"mi355x", "mi300x", "h200", "h100", "b200"}
 
 
 def test_cli_json_and_table(kimi_bf16: Path, capsys):

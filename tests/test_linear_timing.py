@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from eagle3_quant.cost import DEVICE_PROFILES
+from eagle3_quant.devices import DEVICE_PROFILES
 from eagle3_quant.runtime import fp8
 from eagle3_quant.speedup import _batch1_timing
 from eagle3_quant.validate import gpu_timing, linear_timing

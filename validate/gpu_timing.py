@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import torch
 
-from eagle3_quant.cost import DEVICE_PROFILES, DeviceProfile
+from eagle3_quant.devices import DEVICE_PROFILES, DeviceProfile
 
 FLUSH_BYTES = 256 << 20        # at least this, and twice the device's L2, zeroed before each timed call
 ITERS = 50

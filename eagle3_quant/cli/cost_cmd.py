@@ -7,6 +7,7 @@ import typer
 
 from eagle3_quant.cli.app import verb
 from eagle3_quant.cli.numbers import number_option
+from eagle3_quant.devices import DEVICE_PROFILES
 from eagle3_quant.options import COUNT, STEPS
 
 
@@ -15,7 +16,7 @@ def cost_command(
     src: Annotated[str, typer.Argument(help="Draft folder (BF16 source or quantized output) or Hub repo id.")],
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
     device_profile: Annotated[str | None, typer.Option(
-        "--device-profile", help="mi355x, mi300x or h200: print the bandwidth floor of a draft step.")] = None,
+        "--device-profile", help=f"{', '.join(DEVICE_PROFILES)}: print the bandwidth floor of a draft step.")] = None,
     draft_vocab: Annotated[int | None, number_option(
         COUNT, "--draft-vocab", help="Also project a pruned draft vocabulary of N tokens.")] = None,
     k: Annotated[int, number_option(STEPS, "--k", help="Draft steps per cycle for the cycle floor.")] = 3,

@@ -8,6 +8,7 @@ import typer
 
 from eagle3_quant.cli.app import verb
 from eagle3_quant.cli.numbers import number_option
+from eagle3_quant.devices import DEVICE_PROFILES
 from eagle3_quant.options import STEPS, TIME
 from eagle3_quant.records.validation_report import REPORT_NAME
 
@@ -25,7 +26,7 @@ def estimate_command(
     k: Annotated[int | None, number_option(STEPS, "--k", help="Draft steps per cycle (default: the report's k).")]
     = None,
     device_profile: Annotated[str, typer.Option(
-        "--device-profile", help="mi355x, mi300x or h200: bandwidth for the floor.")] = "mi355x",
+        "--device-profile", help=f"{', '.join(DEVICE_PROFILES)}: bandwidth for the floor.")] = "mi355x",
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     write: Annotated[bool, typer.Option("--write", help="Write OUT/speedup_estimate.json, which the model card "
                                         "then shows with its inputs (default: print only).")] = False,
