@@ -22,7 +22,7 @@ ratios, where every start gives a different mix of positions (docs/validation.md
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -227,19 +227,44 @@ def calibration_fidelity(candidate: Eagle3Draft, reference: Eagle3Draft, calib: 
                     kl_sum / positions if positions else math.nan, ref_stats, cand_stats, ratio, walked)
 
 
+@dataclass(frozen=True)
+class Chains:
+    """One draft's greedy chains over a calibration set, per sample: the step-0 target id at every position (what
+    `calibration_fidelity`'s top-1 agreement compares) and the accepted steps of every valid chain start."""
+
+    first: list[torch.Tensor]
+    accepted: list[torch.Tensor]
+
+
 @torch.no_grad()
-def chain_acceptance(draft: Eagle3Draft, calib: CalibrationSamples, k: int,
-                     max_samples: int | None = None) -> list[torch.Tensor]:
-    """Accepted steps per valid chain start, one tensor per sample: the acceptance half of
-    `calibration_fidelity` for one draft, so a reference measured once can be paired with many candidates
-    (``paired_ratio(reference, candidate)``); the same chains, starts and counts as there."""
+def draft_chains(draft: Eagle3Draft, calib: CalibrationSamples, k: int, max_samples: int | None = None,
+                 on_sample: Callable[[], None] | None = None) -> Chains:
+    """The chains of `calibration_fidelity` for one draft, so that a reference drafted once pairs with many
+    candidates (``paired_ratio``, ``top1_agreement``): the same starts, counts and step-0 ids as there."""
     device = draft.fc.weight.device
-    accepted = []
+    first, accepted = [], []
     for index, sample in enumerate(calib.samples()):
         if max_samples is not None and index >= max_samples:
             break
         ids, aux, _ = draft_inputs(sample.input_ids, sample.aux_hidden_states, sample.target_next_ids)
         proposal = draft.propose_all(ids.to(device), aux.to(device), k)
         starts = valid_starts(sample.input_ids, sample.target_next_ids, k)
+        first.append(proposal.target_ids[0, :, 0].cpu())
         accepted.append(accepted_counts(proposal.target_ids[0].cpu(), sample.target_next_ids, starts))
-    return accepted
+        if on_sample is not None:
+            on_sample()
+    return Chains(first, accepted)
+
+
+def chain_acceptance(draft: Eagle3Draft, calib: CalibrationSamples, k: int,
+                     max_samples: int | None = None) -> list[torch.Tensor]:
+    """Accepted steps per valid chain start, one tensor per sample (`draft_chains`' accepted)."""
+    return draft_chains(draft, calib, k, max_samples).accepted
+
+
+def top1_agreement(reference: Chains, candidate: Chains) -> float:
+    """Share of positions whose step-0 token (a target id) the two drafts agree on: `calibration_fidelity`'s
+    top-1 agreement (equal argmax of equal vocabularies, else equal target ids)."""
+    agree = sum(int((r == c).sum()) for r, c in zip(reference.first, candidate.first, strict=True))
+    positions = sum(len(r) for r in reference.first)
+    return agree / positions if positions else math.nan
