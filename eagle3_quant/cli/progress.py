@@ -24,7 +24,7 @@ class TerminalProgress:
         _console().print(text)
 
     @contextmanager
-    def task(self, name: str, total: int, done: int = 0) -> Iterator[Advance]:
+    def task(self, name: str, total: int, done: int = 0, unit: str = "prompts") -> Iterator[Advance]:
         console = _console()
         counted = Throughput(total, done)
         if not console.is_terminal:          # logs: a plain line now and then, and one at the end
@@ -33,20 +33,20 @@ class TerminalProgress:
             def advance(items: int, tokens: int = 0) -> None:
                 counted.add(items, tokens)
                 if time.perf_counter() - printed["at"] >= LINE_EVERY_S:
-                    console.print(f"{name}: {counted.line()}", markup=False)
+                    console.print(f"{name}: {counted.line(unit)}", markup=False)
                     printed["at"] = time.perf_counter()
 
             yield advance
-            console.print(f"{name}: {counted.line()}", markup=False)
+            console.print(f"{name}: {counted.line(unit)}", markup=False)
             return
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
         with Progress(TextColumn(name), BarColumn(), TextColumn("{task.fields[line]}"), TimeElapsedColumn(),
                       console=console) as bar:
-            task = bar.add_task(name, total=total, completed=done, line=counted.line())
+            task = bar.add_task(name, total=total, completed=done, line=counted.line(unit))
 
             def advance(items: int, tokens: int = 0) -> None:
                 counted.add(items, tokens)
-                bar.update(task, advance=items, line=counted.line())
+                bar.update(task, advance=items, line=counted.line(unit))
 
             yield advance

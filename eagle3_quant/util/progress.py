@@ -19,7 +19,7 @@ Advance = Callable[[int, int], None]
 class Progress(Protocol):
     def say(self, text: str) -> None: ...
 
-    def task(self, name: str, total: int, done: int = 0) -> Iterator[Advance]: ...
+    def task(self, name: str, total: int, done: int = 0, unit: str = "prompts") -> Iterator[Advance]: ...
 
 
 class Silent:
@@ -29,7 +29,7 @@ class Silent:
         pass
 
     @contextmanager
-    def task(self, name: str, total: int, done: int = 0) -> Iterator[Advance]:
+    def task(self, name: str, total: int, done: int = 0, unit: str = "prompts") -> Iterator[Advance]:
         yield lambda items, tokens=0: None
 
 
