@@ -132,7 +132,8 @@ def awq_draft(draft_ckpt: DraftCheckpoint, calib_path: str | Path, plan: QuantPl
     draft = load_draft(draft_ckpt.path, "cpu", torch.float32, embedding=calibration_embedding(draft_ckpt, calib))
     roles = {d.role for d in plan.quantized}
     prefix = draft.spec.layer_prefix
-    names = [d.module.removeprefix(prefix) for d in plan.quantized]
+    # fc (--quantize-fc) sits outside the layer: no AWQ site scales it, Quark rounds it to nearest
+    names = [d.module.removeprefix(prefix) for d in plan.quantized if d.module.startswith(prefix)]
     inputs, positions = capture_inputs(draft, names, calib, steps)
     _attach_quantizers(draft, names, plan.scheme)
     processor = _quark_processor()
