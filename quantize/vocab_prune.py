@@ -41,6 +41,8 @@ class VocabPruning:
     coverage: float             # share of those positions whose token is kept
     coverage_before: float      # the same for the current draft vocabulary
     kept_target_ids_sha256: str
+    ranked_tokens: int | None = None    # tokens of the current vocabulary the set ranks; fewer than draft_vocab:
+                                        # the rest were kept by id alone, not by frequency (None: older record)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -114,7 +116,8 @@ def prune_vocab(draft: DraftCheckpoint, calib: str | Path, n: int) -> tuple[dict
         calibration=public_name(Path(calib).resolve()), draft_vocab_before=int(current.numel()), draft_vocab=n,
         target_tokens=total, distinct_tokens=int((counts > 0).sum()),
         coverage=int(counts[kept_targets].sum()) / total, coverage_before=int(counts[current].sum()) / total,
-        kept_target_ids_sha256=hashlib.sha256(kept_targets.numpy().tobytes()).hexdigest())
+        kept_target_ids_sha256=hashlib.sha256(kept_targets.numpy().tobytes()).hexdigest(),
+        ranked_tokens=int((counts[current] > 0).sum()))
     return tensors, config, record
 
 

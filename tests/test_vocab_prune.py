@@ -16,6 +16,7 @@ from eagle3_quant.errors import DraftFormatError, SchemeError
 from eagle3_quant.quantize.api import quantize_draft
 from eagle3_quant.quantize.vocab_prune import choose_vocab
 from eagle3_quant.records.calibration import load_calibration
+from eagle3_quant.records.manifest import Manifest
 from fixtures.synthetic import DraftShape, write_synthetic_draft
 
 VOCAB = 512
@@ -76,6 +77,7 @@ def test_quantize_prunes_vocab(tmp_path: Path, with_d2t: bool):
     assert record["coverage"] == pytest.approx(int(counts[kept].sum()) / int(counts.sum()))
     assert record["coverage_before"] == pytest.approx(int(counts[current].sum()) / int(counts.sum()))
     assert record["draft_vocab_before"] == current.numel() and record["draft_vocab"] == n
+    assert record["ranked_tokens"] == int((counts[current] > 0).sum())
     assert result.manifest.source.path == src.name
     assert not result.manifest.source.pickle_converted
     assert {f.path for f in result.manifest.inputs} >= {"model.safetensors", "config.json"}
@@ -140,14 +142,18 @@ def test_cli_prunes_and_cost_reads_the_result(tmp_path: Path, capsys):
     cal = write_calibration(tmp_path / "cal", write_target(tmp_path / "target"), samples=4, seq_len=40)
     with pytest.raises(SystemExit) as exit_:
         main(["quantize", str(src), str(tmp_path / "out"), "--device", "cpu", "--calib", str(cal),
-              "--draft-vocab", "64"])
+              "--draft-vocab", "200"])
     assert exit_.value.code == 0
-    assert "draft vocabulary 256 -> 64: covers" in capsys.readouterr().out
+    printed = " ".join(capsys.readouterr().out.split())
+    ranked = Manifest.read(tmp_path / "out").vocab_pruning["ranked_tokens"]     # 4 x 40 random ids: fewer than 200
+    assert "draft vocabulary 256 -> 200: covers" in printed and ranked < 200
+    assert f"note: the calibration set ranks only {ranked} of the draft's tokens: the other {200 - ranked} kept " \
+        "were taken by target id, not by frequency" in printed                 # said, not pruned silently
     with pytest.raises(SystemExit) as exit_:
         main(["cost", str(tmp_path / "out"), "--json"])
     cost = json.loads(capsys.readouterr().out)
-    assert cost["written"]["bytes_by_part"]["lm_head"] == 64 * 64 * 2       # 64 rows of hidden 64, BF16
-    assert cost["written"]["bytes_by_part"]["vocab_map"] == 64 * 8           # d2t; t2d is not read
+    assert cost["written"]["bytes_by_part"]["lm_head"] == 200 * 64 * 2      # 200 rows of hidden 64, BF16
+    assert cost["written"]["bytes_by_part"]["vocab_map"] == 200 * 8          # d2t; t2d is not read
 
 
 def test_card_states_the_pruned_vocabulary(quantized_tiny, tmp_path: Path):

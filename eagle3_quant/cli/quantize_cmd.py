@@ -88,3 +88,8 @@ def quantize_command(
         console.print(f"draft vocabulary {pruning['draft_vocab_before']} -> {pruning['draft_vocab']}: covers "
                       f"{pruning['coverage']:.2%} of the calibration set's {pruning['target_tokens']} target tokens "
                       f"(before: {pruning['coverage_before']:.2%})")
+        ranked = pruning.get("ranked_tokens")
+        if ranked is not None and ranked < pruning["draft_vocab"]:
+            console.print(f"note: the calibration set ranks only {ranked:,} of the draft's tokens: the other "
+                          f"{pruning['draft_vocab'] - ranked:,} kept were taken by target id, not by frequency "
+                          f"(a larger set ranks more; --draft-vocab {ranked} keeps only ranked ones)")
