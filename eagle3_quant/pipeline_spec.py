@@ -181,8 +181,11 @@ def _check(spec: PipelineSpec, file: str | None) -> PipelineSpec:
     if spec.calibrate.data and spec.calibrate.from_dump:
         raise PipelineSpecError("set either data (capture with transformers) or from_dump (import an engine's "
                                 "dump), not both", path=file, field="calibrate.from_dump")
-    if _needs_calibration(spec.scheme) and not has_calib:
-        raise PipelineSpecError(f"scheme {spec.scheme!r} needs calibration data", path=file, field="calibrate.data")
+    if _needs_calibration(spec) and not has_calib:
+        awq = spec.scheme in SCHEMES and SCHEMES[spec.scheme].rounding == "awq"
+        why = " (AWQ by default; quantize.rtn: true rounds to nearest instead)" if awq else ""
+        raise PipelineSpecError(f"scheme {spec.scheme!r} needs calibration data{why}", path=file,
+                                field="calibrate.data")
     if spec.quantize.auto_exclude is not None and not has_calib:
         raise PipelineSpecError("auto_exclude measures sensitivity on calibration data: set calibrate.data",
                                 path=file, field="quantize.auto_exclude")
@@ -235,8 +238,10 @@ def _check(spec: PipelineSpec, file: str | None) -> PipelineSpec:
     return spec
 
 
-def _needs_calibration(scheme: str) -> bool:
-    return scheme == AUTO_SCHEME or SCHEMES[scheme].needs_calibration
+def _needs_calibration(spec: PipelineSpec) -> bool:
+    """The scheme's own need (schemes.Scheme.needs_data: static scales, or AWQ unless rtn or gptq replaces it)."""
+    q = spec.quantize
+    return spec.scheme == AUTO_SCHEME or SCHEMES[spec.scheme].needs_data(bool(q.rtn or q.gptq))
 
 
 def calibrate_options(spec: PipelineSpec, **runtime: Any) -> CalibrationOptions:
@@ -258,7 +263,7 @@ def quantize_options(spec: PipelineSpec, **runtime: Any) -> QuantizeOptions:
     """The quantize stage's options; `calib` is the workdir's set when the scheme or auto_exclude needs one, or
     when there is one and serve_taps is trained (the candidate layers are measured on it)."""
     has_calib = bool(spec.calibrate.data or spec.calibrate.from_dump)
-    needs_calib = (_needs_calibration(spec.scheme) or spec.quantize.auto_exclude is not None
+    needs_calib = (_needs_calibration(spec) or spec.quantize.auto_exclude is not None
                    or spec.quantize.draft_vocab is not None or spec.quantize.smooth_alpha is not None
                    or spec.quantize.gptq or (has_calib and spec.quantize.serve_taps == "trained"))
     return QuantizeOptions(**section_values(spec.quantize), scheme=spec.scheme, revision=spec.revision,

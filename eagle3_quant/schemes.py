@@ -129,6 +129,11 @@ class Scheme:
         """Bits of a quantized activation element; None when activations stay BF16."""
         return self.input.element_bits if self.input.quantized else None
 
+    def needs_data(self, rounding_replaced: bool = False) -> bool:
+        """Does quantizing need a calibration set: static input scales, or a default rounding that measures on one
+        (AWQ) unless another rounding replaces it (--rtn, --gptq)."""
+        return self.needs_calibration or (self.rounding == "awq" and not rounding_replaced)
+
     def why_not(self, engine: str) -> str | None:
         """None when `engine` loads this scheme, else the reason it cannot."""
         if engine in self.engines:

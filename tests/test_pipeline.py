@@ -14,8 +14,9 @@ from hub_server.fixtures import PASSED_REPORT, bound
 from eagle3_quant.cli import main
 from eagle3_quant.errors import PipelineSpecError
 from eagle3_quant.pipeline import plan_pipeline, run_pipeline
-from eagle3_quant.pipeline_spec import load_pipeline
+from eagle3_quant.pipeline_spec import load_pipeline, quantize_options
 from eagle3_quant.records.calibration import CalibrationInfo, CalibrationSample, CalibrationWriter, load_calibration
+from eagle3_quant.schemes import SCHEMES
 from eagle3_quant.util.progress import Silent
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "pipelines" / "kimi-k2.5-eagle3-fp8.yaml"
@@ -78,6 +79,21 @@ def test_missing_required_field_and_bad_file(tmp_path):
         load_pipeline(path)
     with pytest.raises(PipelineSpecError, match="no such pipeline file"):
         load_pipeline(tmp_path / "nope.yaml")
+
+
+def test_a_scheme_whose_default_rounding_measures_takes_the_calibration_set(tmp_path):
+    """w4a16_int4 runs AWQ on calibration data by default (schemes.Scheme.needs_data): without a calibrate stage the
+    file is refused at load naming the field; with one, quantize gets the set even where nothing else asks for it;
+    quantize.rtn (round to nearest) needs none."""
+    with pytest.raises(PipelineSpecError) as info:
+        load_pipeline(write_pipeline(tmp_path, scheme="w4a16_int4"))
+    assert info.value.field == "calibrate.data" and "AWQ by default; quantize.rtn: true" in info.value.message
+    staged = load_pipeline(write_pipeline(tmp_path, scheme="w4a16_int4", target="org/target",
+                                          calibrate={"data": "prompts.jsonl"}, quantize={"serve_taps": "as-is"}))
+    assert quantize_options(staged).calib == staged.calib
+    rtn = load_pipeline(write_pipeline(tmp_path, scheme="w4a16_int4", quantize={"rtn": True, "serve_taps": "as-is"}))
+    assert quantize_options(rtn).calib is None and quantize_options(rtn).rtn
+    assert not SCHEMES["w4a16_int4"].needs_data(rounding_replaced=True) and SCHEMES["nvfp4"].needs_data(True)
 
 
 def test_overrides_apply_before_validation(tmp_path):
