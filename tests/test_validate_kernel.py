@@ -154,7 +154,7 @@ def test_on_an_mi355x_the_child_logs_into_files_the_check_owns(quantized_tiny, m
     assert seen["measure"] == {}
     assert (kernel["status"], kernel["backend"]) == ("passed", "hipBLASLt"), kernel["reason"]
     assert kernel["expected"] == {"element": "E4M3", "scale_mode": "rowwise", "out_type": "BF16",
-                                  "scheme": "ptpc_fp8"}
+                                  "scheme": "ptpc_fp8", "input_element": None}
     assert kernel["log_evidence"]["matmul_calls"] == 14 and kernel["timing_skipped"] == "not timed here"
     checks = {c.name: c.status for c in kernel_checks(kernel)}
     assert checks == {"kernel_numerics": "passed", "kernel_path": "passed", "mi355x_hipblaslt": "passed"}

@@ -25,12 +25,15 @@ HIPBLASLT_LINE = re.compile(r"\[HIPBLASLT\]\[\d+\]\[(\w+)\]\[(\w+)\]")  # layer 
 HIPBLASLT_BENCH = re.compile(r"^hipblaslt-bench .*--a_type ")
 ROCBLAS_GEMM = re.compile(r"^(rocblas_\w*gemm\w*),")
 
+# cudaDataType_t (library_types.h) without its CUDA_ prefix, as the recorded trace prints CUDA_R_8F_E4M3
 CUBLASLT_TYPES = {"R_8F_E4M3": "E4M3", "R_8F_E5M2": "E5M2", "R_16BF": "BF16", "R_16F": "FP16", "R_32F": "FP32",
-                  "R_8I": "I8", "R_4F_E2M1": "E2M1"}
-# utility.cpp hipDataType_to_string; before ROCm 6.4 both E4M3 kinds print R_8F_E4M3
+                  "R_8I": "I8", "R_32I": "I32", "R_4F_E2M1": "E2M1", "R_6F_E2M3": "E2M3", "R_6F_E3M2": "E3M2"}
+# utility.cpp hipDataType_to_string; before ROCm 6.4 both E4M3 kinds print R_8F_E4M3; it has no case for HIP_R_32I
+# (an INT8 GEMM's output prints "Invalid", read from the bench line's i32_r instead)
 HIPBLASLT_TYPES = {"R_8F_E4M3": "E4M3" + AMBIGUOUS, "R_8F_E4M3_FNUZ": "E4M3 fnuz", "R_8F_E5M2": "E5M2" + AMBIGUOUS,
                    "R_8F_E5M2_FNUZ": "E5M2 fnuz", "R_16BF": "BF16", "R_16F": "FP16", "R_32F": "FP32",
-                   "R_64F": "FP64", "R_8I": "I8", "R_4F_E2M1": "E2M1", "R_6F_E2M3": "E2M3", "R_6F_E3M2": "E3M2"}
+                   "R_64F": "FP64", "R_8I": "I8", "R_32I": "I32", "R_4F_E2M1": "E2M1", "R_6F_E2M3": "E2M3",
+                   "R_6F_E3M2": "E3M2", "Invalid": None}
 # utility.cpp hipDataType_to_bench_string (fnuz and OCP alike); rocBLAS's rocblas_datatype_string for its trace
 BENCH_TYPES = {"f8_r": "E4M3" + AMBIGUOUS, "bf8_r": "E5M2" + AMBIGUOUS, "bf16_r": "BF16", "f16_r": "FP16",
                "f32_r": "FP32", "f64_r": "FP64", "i8_r": "I8", "i32_r": "I32", "f4_r": "E2M1", "f6_r": "E2M3",

@@ -25,6 +25,10 @@ class LogSettings:
     env: dict[str, str]            # what the logged child gets on top of the user's environment
     notes: tuple[str, ...] = ()    # the user's own settings, kept, and what they hide
 
+    def with_notes(self, reason: str) -> str:
+        """A verdict's reason, then the user's settings this logging kept (and what they hid) that it does not name."""
+        return "; ".join((reason, *(note for note in self.notes if note not in reason)))
+
     def describe(self) -> str:
         """"HIPBLASLT_LOG_MASK=35, ROCBLAS_LAYER=1" (files left out), then any note."""
         shown = ", ".join(f"{k}={v}" for k, v in self.env.items() if not k.endswith(("_FILE", "_PATH")))

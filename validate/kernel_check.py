@@ -10,8 +10,10 @@ before they load; validate/blas_logging.py: hipBLASLt's trace and bench lines an
 cuBLASLt's trace on CUDA, into files the check owns) under the profiler; then, without logging, the numerics
 against the dequantized reference and the timing. The GEMM the artifact's scheme needs (validate/gemm_forms.py) is
 judged alike for every vendor (validate/kernel_judgement.py). On a CPU only the numerics run; the GPU path is
-``skipped``. An MX artifact takes validate/mx_kernel_probe.py instead: on gfx950 with AITER the native MXFP4 GEMM
-vLLM runs there against the dequantized reference, its kernel named (phase ``mx``); anywhere else ``skipped``.
+``skipped``. An MXFP4 artifact on gfx950 takes validate/mx_kernel_probe.py: with AITER the native MXFP4 GEMM vLLM
+runs there against the dequantized reference, its kernel named (phase ``mx``). Any other scheme that is not FP8
+takes validate/scheme_kernel_check.py: its device's row of validate/gemm_devices.py says what runs or why nothing
+can (phases ``gemm_evidence``, ``gemm_numerics``).
 
 The ``kernel`` object of the report::
 
@@ -35,11 +37,14 @@ import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
+from eagle3_quant.schemes import SCHEMES
 from eagle3_quant.validate.blas_logging import LogSettings, log_settings
-from eagle3_quant.validate.gemm_forms import SCHEME_GEMMS, expected_gemm
+from eagle3_quant.validate.gemm_devices import NATIVE_MXFP4, device_gemm
+from eagle3_quant.validate.gemm_forms import SCHEME_GEMMS, expected_gemm, scheme_of
 from eagle3_quant.validate.kernel_evidence import KernelEvidence
 from eagle3_quant.validate.kernel_judgement import judge, judge_mx
 from eagle3_quant.validate.report import Check, failed, passed, skipped
+from eagle3_quant.validate.scheme_kernel_check import GEMM_PHASES, gemm_probe, run_scheme_kernel_check
 
 PROBE_TIMEOUT_S = 900
 MX_SCHEME = "w_mxfp4_a_mxfp4"
@@ -54,6 +59,8 @@ def probe(out: Path, device: str, phase: str) -> dict:
     from eagle3_quant.validate.platform import detect_platform
 
     platform = detect_platform(device)
+    if phase in GEMM_PHASES:
+        return {"platform": platform.to_dict(), **gemm_probe(out, platform, phase)}
     if phase == "mx":
         from eagle3_quant.validate.mx_kernel_probe import native_mxfp4_numerics
 
@@ -98,9 +105,14 @@ def _logged_child(out: Path, platform, phase: str, workdir: Path) -> tuple[dict,
     return run, lines + run.get("output", "").splitlines(), settings
 
 
-def _with_notes(reason: str, settings: LogSettings) -> str:
-    """The reason, then any logging setting of the user's that the check kept (and what it hid)."""
-    return "; ".join((reason, *(note for note in settings.notes if note not in reason)))
+def _phase_runner(out: Path, platform, workdir: Path):
+    """run_phase(phase, logged) for validate/scheme_kernel_check.py: a child, logged or not, in `workdir`."""
+    def run_phase(phase: str, logged: bool) -> tuple[dict, list[str], LogSettings]:
+        if logged:
+            return _logged_child(out, platform, phase, workdir)
+        return _child(out, platform.device, phase, {}, workdir), [], LogSettings({})
+
+    return run_phase
 
 
 def _quant_config(out: Path) -> dict:
@@ -137,7 +149,7 @@ def run_mx_kernel_check(out: Path, platform, quant_config: dict) -> dict:
     counts = run.get("kernels", {})
     evidence = KernelEvidence.read(lines, counts, log_used.describe())
     status, reason = judge_mx(judge_mx_rows(run["numerics"]), SCHEME_GEMMS[MX_SCHEME], evidence)
-    return {**base, "status": status, "reason": _with_notes(reason, log_used), "backend": plan.gemm,
+    return {**base, "status": status, "reason": log_used.with_notes(reason), "backend": plan.gemm,
             "numerics": run["numerics"],
             "kernels": sorted(counts), "kernel_counts": counts, "log_evidence": evidence.to_dict()}
 
@@ -149,6 +161,12 @@ def run_kernel_check(out: str | Path, device: str | None = None) -> dict:
     out = Path(out).resolve()
     platform = detect_platform(device)
     base = {"device": platform.device, "platform": platform.to_dict()}
+    quant_config = _quant_config(out)
+    scheme = scheme_of(quant_config)
+    row = device_gemm(scheme, platform.arch) if scheme else None
+    if scheme and SCHEMES[scheme].weight.kind != "fp8" and not (row and row.probe == NATIVE_MXFP4):
+        with tempfile.TemporaryDirectory(prefix="eagle3-kernel-") as tmp:
+            return run_scheme_kernel_check(out, platform, scheme, _phase_runner(out, platform, Path(tmp)))
     mx_config = _mx_config(out)
     if mx_config is not None:
         return run_mx_kernel_check(out, platform, mx_config)
@@ -171,10 +189,10 @@ def run_kernel_check(out: str | Path, device: str | None = None) -> dict:
             return {**base, "status": "failed", "reason": run["error"], "kernels": [], "timing": None}
     counts = evidence_run.get("kernels", {})
     evidence = KernelEvidence.read(lines, counts, log_used.describe())
-    expected = expected_gemm(_quant_config(out), evidence_run.get("scale_mode", "rowwise")).on(platform.arch)
+    expected = expected_gemm(quant_config, evidence_run.get("scale_mode", "rowwise")).on(platform.arch)
     numerics_rows = measure_run["numerics"]
     status, reason, backend = judge(expected, evidence, all(r["ok"] for r in numerics_rows))
-    return {**base, "status": status, "reason": _with_notes(reason, log_used), "backend": backend,
+    return {**base, "status": status, "reason": log_used.with_notes(reason), "backend": backend,
             "expected": asdict(expected),
             "preferred_blas_library": evidence_run.get("preferred_blas_library"), "kernels": sorted(counts),
             "kernel_counts": counts, "ops": evidence_run.get("ops", {}), "log_evidence": evidence.to_dict(),
@@ -203,6 +221,9 @@ def kernel_checks(kernel: dict) -> list[Check]:
     if kernel.get("mx"):
         checks.append(skipped("mi355x_hipblaslt", "MX artifact: its GEMM is AITER's MX kernel or vLLM's emulation, "
                                                   "not an FP8 hipBLASLt GEMM (kernel_path says which)"))
+    elif kernel.get("fp8_path") is False:
+        checks.append(skipped("mi355x_hipblaslt", f"{kernel.get('scheme')} artifact: not the FP8 path (kernel_path "
+                                                  "judges its GEMM)"))
     elif platform.get("model") == "MI355X":
         checks.append(path_check("mi355x_hipblaslt", kernel.get("reason", "")))
     else:
@@ -230,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="check a synthetic draft of this shape, quantized here with eagle3-quant first")
     parser.add_argument("--device", default=None, help="cuda, cuda:1 or cpu (default: first GPU, else CPU)")
     parser.add_argument("--json", type=Path, default=None, help="write the result here")
-    parser.add_argument("--phase", choices=("evidence", "measure", "numerics", "mx"), default=None,
+    parser.add_argument("--phase", choices=("evidence", "measure", "numerics", "mx", *GEMM_PHASES), default=None,
                         help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.phase:

@@ -69,7 +69,7 @@ def _judge_forms(library: str, forms: list[GemmForm], expected: ExpectedGemm, ev
 def judge(expected: ExpectedGemm, evidence: KernelEvidence, numerics_ok: bool) -> Verdict:
     """(status, reason, backend) of the GPU kernel path; `expected` already resolved for the device."""
     if not numerics_ok:
-        return "failed", "scaled_mm results differ from the dequantized reference", None
+        return "failed", "the GEMM's results differ from the dequantized reference (kernel_numerics)", None
     kernels = evidence.describe_kernels()
     if evidence.rocblas:
         ran = f"rocBLAS ran {len(evidence.rocblas)} GEMM call(s) ({_commonest(evidence.rocblas).describe()})"

@@ -46,7 +46,8 @@ class Fp8Weight:
         return fp8.quantize_static(x, self.input_scale * doubled, dtype)
 
 
-def _read(info) -> torch.Tensor:
+def read_tensor(info) -> torch.Tensor:
+    """One checkpoint tensor (a reading.checkpoint TensorInfo) from its file."""
     with safe_open(str(info.file), framework="pt") as fh:
         return fh.get_tensor(info.name)
 
@@ -56,20 +57,22 @@ def read_fp8_weights(out: Path, device: str) -> list[Fp8Weight]:
     weights = []
     for module in art.fp8_modules:
         w_info = art.checkpoint.tensors[module + ".weight"]
-        weight = _read(w_info).to(device)
-        scale = _read(art.checkpoint.tensors[module + ".weight_scale"]).to(device, torch.float32).reshape(-1)
+        weight = read_tensor(w_info).to(device)
+        scale = read_tensor(art.checkpoint.tensors[module + ".weight_scale"]).to(device, torch.float32).reshape(-1)
         i_info = art.checkpoint.tensors.get(module + ".input_scale")
-        input_scale = _read(i_info).to(device, torch.float32).reshape(1) if i_info is not None else None
+        input_scale = read_tensor(i_info).to(device, torch.float32).reshape(1) if i_info is not None else None
         weights.append(Fp8Weight(module, art.role_of(module), weight, scale, input_scale))
     return weights
 
 
-def _activations(rows: int, k: int, device: str, seed: int) -> torch.Tensor:
+def activations(rows: int, k: int, device: str, seed: int) -> torch.Tensor:
+    """Seeded standard-normal bf16 activations [rows, k] on `device` (drawn on the CPU: the same on every device)."""
     gen = torch.Generator().manual_seed(seed)
     return torch.randn(rows, k, generator=gen).to(device, torch.bfloat16)
 
 
-def _error(out: torch.Tensor, ref: torch.Tensor) -> float:
+def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """max |out - ref| / max |ref|."""
     return float((out.float() - ref.float()).abs().max() / ref.float().abs().max().clamp(min=1e-30))
 
 
@@ -78,18 +81,18 @@ def numerics(weights: list[Fp8Weight], platform: Platform) -> list[dict]:
     tolerance = CPU_TOLERANCE if platform.kind == "cpu" else GPU_TOLERANCE
     for i, w in enumerate(weights):
         for m in NUMERICS_ROWS:
-            x = _activations(m, w.weight.shape[1], platform.device, seed=1000 * i + m)
+            x = activations(m, w.weight.shape[1], platform.device, seed=1000 * i + m)
             a, scale_a = w.quantize_input(x)
             out = fp8.fp8_linear(a, scale_a, w.weight, w.scale)
             ref = fp8.dequantized_matmul(a, scale_a, w.weight, w.scale)
-            entry = {"module": w.module, "rows": m, "format": "e4m3fn", "max_rel_error": _error(out, ref),
+            entry = {"module": w.module, "rows": m, "format": "e4m3fn", "max_rel_error": relative_error(out, ref),
                      "bit_exact": bool(torch.equal(out, ref)), "tolerance": tolerance}
             entry["ok"] = entry["max_rel_error"] <= tolerance
             rows.append(entry)
             if platform.needs_fnuz:
                 wz, sz, _ = fp8.e4m3fn_to_e4m3fnuz(w.weight, w.scale)
                 az, scale_az = w.quantize_input(x, torch.float8_e4m3fnuz)
-                err = _error(fp8.fp8_linear(az, scale_az, wz, sz), ref)
+                err = relative_error(fp8.fp8_linear(az, scale_az, wz, sz), ref)
                 rows.append({"module": w.module, "rows": m, "format": "e4m3fnuz", "max_rel_error": err,
                              "bit_exact": False, "tolerance": FNUZ_TOLERANCE, "ok": err <= FNUZ_TOLERANCE})
     return rows
@@ -124,7 +127,7 @@ def profiled(run) -> dict:
 
 def profile_kernels(weights: list[Fp8Weight], platform: Platform) -> dict:
     """GPU kernel names launched while the FP8 linears ran (quantization kernels included), by count."""
-    xs = [_activations(16, w.weight.shape[1], platform.device, seed=7) for w in weights]
+    xs = [activations(16, w.weight.shape[1], platform.device, seed=7) for w in weights]
 
     def run():
         for w, x in zip(weights, xs, strict=True):

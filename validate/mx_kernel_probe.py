@@ -19,16 +19,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
 
 from eagle3_quant.runtime import mx
+from eagle3_quant.validate.gemm_devices import NATIVE_MXFP4
 from eagle3_quant.validate.platform import Platform
 
 MX_GEMM_ROWS = (1, 16, 64)
 # max |out - ref| / max |ref|, as the FP8 path's GPU_TOLERANCE: bf16 output, another accumulation order; plus
 # AITER's own activation quantization (same E8M0 "even" scale, its own element rounding on ties)
 MX_TOLERANCE = 2e-2
-NATIVE_MXFP4 = "AITER gemm_afp4wfp4 (vLLM 0.33's AiterMxfp4LinearKernel, Triton path)"
 
 
 @dataclass(frozen=True)
@@ -67,10 +66,6 @@ def mx_reference(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tens
         torch.bfloat16)
 
 
-def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
-    return float((out.float() - ref.float()).abs().max() / ref.float().abs().max().clamp(min=1e-30))
-
-
 def judge_mx_rows(rows: list[dict]) -> tuple[str, str]:
     """(status, reason) of the native MX GEMM from its numerics rows."""
     if not rows:
@@ -84,16 +79,6 @@ def judge_mx_rows(rows: list[dict]) -> tuple[str, str]:
                      f"(max relative error {worst:.2e})"
 
 
-def _read(info) -> torch.Tensor:
-    with safe_open(str(info.file), framework="pt") as fh:
-        return fh.get_tensor(info.name)
-
-
-def _activations(rows: int, k: int, device: str, seed: int) -> torch.Tensor:
-    gen = torch.Generator().manual_seed(seed)
-    return torch.randn(rows, k, generator=gen).to(device, torch.bfloat16)
-
-
 def native_mxfp4_numerics(out: Path, device: str) -> dict:
     """On gfx950 with AITER: every MXFP4 linear of OUT through vLLM's native path, against `mx_reference`
     (``numerics``), then once more under the profiler (``kernels``: the GEMM kernel names, judged by
@@ -102,16 +87,16 @@ def native_mxfp4_numerics(out: Path, device: str) -> dict:
     from aiter.ops.triton.quant import dynamic_mxfp4_quant
 
     from eagle3_quant.reading.artifact import read_artifact
-    from eagle3_quant.validate.kernel_probe import profiled
+    from eagle3_quant.validate.kernel_probe import activations, profiled, read_tensor, relative_error
 
     art = read_artifact(out)
     rows, calls = [], []
     for i, module in enumerate(art.mx_modules):
-        weight = _read(art.checkpoint.tensors[module + ".weight"]).to(device)
-        scale = _read(art.checkpoint.tensors[module + ".weight_scale"]).to(device)
+        weight = read_tensor(art.checkpoint.tensors[module + ".weight"]).to(device)
+        scale = read_tensor(art.checkpoint.tensors[module + ".weight_scale"]).to(device)
         stored_scale = scale.T.contiguous()           # as AiterMxfp4LinearKernel.process_weights_after_loading
         for m in MX_GEMM_ROWS:
-            x = _activations(m, weight.shape[1] * 2, device, seed=1000 * i + m)
+            x = activations(m, weight.shape[1] * 2, device, seed=1000 * i + m)
 
             def native(x=x, weight=weight, stored_scale=stored_scale, m=m) -> torch.Tensor:
                 x_q, x_s = dynamic_mxfp4_quant(x)

@@ -56,6 +56,21 @@ def unpack_e2m1(packed: torch.Tensor) -> torch.Tensor:
     return e2m1_table(packed.device)[codes.long()]
 
 
+def element_codes(values: torch.Tensor, element: str) -> torch.Tensor:
+    """Values already on the element's grid -> their codes as int32 (sign in the top bit; +0 for zero)."""
+    table = element_table(element, values.device)
+    half = len(table) // 2
+    codes = torch.bucketize(values.abs(), table[:half]).to(torch.int32)
+    return codes | (torch.signbit(values) & (values != 0)).to(torch.int32) * half
+
+
+def pack_e2m1(values: torch.Tensor) -> torch.Tensor:
+    """E2M1 values float ``[..., 2n]`` -> uint8 ``[..., n]``, element ``2j`` in the low nibble (inverse of
+    `unpack_e2m1`; torch's ``float4_e2m1fn_x2`` packs the same way)."""
+    codes = element_codes(values, "fp4")
+    return (codes[..., 0::2] | (codes[..., 1::2] << 4)).to(torch.uint8)
+
+
 def e8m0_to_float(scale: torch.Tensor) -> torch.Tensor:
     """uint8 E8M0 -> float32 powers of two (255 -> NaN)."""
     bits = (scale.to(torch.int32) << 23)
@@ -150,16 +165,12 @@ def quantize_mx(weight: torch.Tensor, element: str) -> tuple[torch.Tensor, torch
     blocks = weight.to(torch.float32).reshape(rows, cols // MX_BLOCK, MX_BLOCK)
     scale = even_scale(blocks.abs().amax(dim=-1, keepdim=True), element)
     values = round_to_element(blocks / scale, element).reshape(rows, cols)
-    table = element_table(element, weight.device)
-    half = len(table) // 2
-    codes = torch.bucketize(values.abs(), table[:half]).to(torch.int32)
-    codes = codes | (torch.signbit(values) & (values != 0)).to(torch.int32) * half
     if element == "fp4":
-        packed = (codes[:, 0::2] | (codes[:, 1::2] << 4)).to(torch.uint8)
+        packed = pack_e2m1(values)
     elif element == "fp8_e4m3":
         packed = values.to(torch.float8_e4m3fn).view(torch.uint8)
     else:
-        packed = pack_fp6_codes(codes)
+        packed = pack_fp6_codes(element_codes(values, element))
     exponent = torch.log2(scale.squeeze(-1)).to(torch.int32) + 127
     return packed, exponent.to(torch.uint8)
 

@@ -40,8 +40,9 @@ def cast_to_fp4(x: torch.Tensor) -> torch.Tensor:
     return out * sign
 
 
-def quant_dequant_nvfp4(x: torch.Tensor, global_inv: torch.Tensor) -> torch.Tensor:
-    """vLLM's ref_nvfp4_quant_dequant of a 2-D activation, returned in x's dtype."""
+def quantize_nvfp4(x: torch.Tensor, global_inv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """vLLM's ref_nvfp4_quant of a 2-D activation: (E2M1 values float32 [rows, cols], FP8 E4M3 block scales float32
+    [rows, cols / 16]); the value is ``element * scale / global_inv``."""
     rows, cols = x.shape
     blocks = x.reshape(rows, cols // NVFP4_GROUP, NVFP4_GROUP)
     vec_max = blocks.abs().amax(dim=-1, keepdim=True).to(torch.float32)
@@ -49,7 +50,15 @@ def quant_dequant_nvfp4(x: torch.Tensor, global_inv: torch.Tensor) -> torch.Tens
     scale = scale.clamp(min=-E4M3_MAX, max=E4M3_MAX).to(torch.float8_e4m3fn).to(torch.float32)
     output_scale = _reciprocal(scale * _reciprocal(global_inv))
     codes = cast_to_fp4(torch.clamp(blocks.to(torch.float32) * output_scale, -E2M1_MAX, E2M1_MAX))
-    return (codes * (scale / global_inv)).reshape(rows, cols).to(x.dtype)
+    return codes.reshape(rows, cols), scale.squeeze(-1)
+
+
+def quant_dequant_nvfp4(x: torch.Tensor, global_inv: torch.Tensor) -> torch.Tensor:
+    """vLLM's ref_nvfp4_quant_dequant of a 2-D activation, returned in x's dtype."""
+    values, scale = quantize_nvfp4(x, global_inv)
+    rows, cols = x.shape
+    blocks = values.reshape(rows, cols // NVFP4_GROUP, NVFP4_GROUP)
+    return (blocks * (scale.unsqueeze(-1) / global_inv)).reshape(rows, cols).to(x.dtype)
 
 
 class NvFp4Linear(nn.Module):
