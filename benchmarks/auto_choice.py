@@ -1,12 +1,16 @@
-"""Wall time of `eagle3-quant quantize --scheme auto` on the committed tiny real pair (tests/fixtures/tiny_pair).
+"""Wall time of `eagle3-quant quantize --scheme auto`: on the committed tiny pair (tests/fixtures/tiny_pair; in
+`make bench`), or on the real pair (``--pair real``: tests/fixtures/real_pair/draft and the calibration set `make
+bench-real` makes: 128 training prompts, 64 generated tokens, seed 1; needs `make real-pair`).
 
-The calibration set is the target's greedy continuations of the first 32 held-out prompts (48 new tokens, as the
-tests make it), built once into the cache folder. The quantize run is one measured child process:
-``python -m benchmarks.auto_choice``.
+The tiny pair's calibration set is the target's greedy continuations of the first 32 held-out prompts (48 new
+tokens, as the tests make it). Each set is built once into the cache folder. Each quantize run is one measured child
+process, cheapest first (the default) and with ``--measure-all``:
+``python -m benchmarks.auto_choice [--pair real] [--measure-all]``.
 """
 
 from __future__ import annotations
 
+import argparse
 import shutil
 import sys
 from pathlib import Path
@@ -40,24 +44,41 @@ def tiny_pair_calibration(cache: Path) -> Path:
     return folder
 
 
-def bench_auto_choice(cache: Path = DEFAULT_CACHE) -> dict[str, Any]:
-    calib = tiny_pair_calibration(cache)
-    out = cache / "runs" / "tiny-pair-auto"
+def real_pair_calibration(cache: Path) -> tuple[Path, Path]:
+    """(the real pair's draft, bench-real's calibration set), the set captured by `calibrate` when absent."""
+    from benchmarks.studies.real_pair import calibration
+    from fixtures.real_pair.draft_files import DRAFT_DIR
+    from fixtures.real_pair.target import prepare
+
+    (cache / "real-pair").mkdir(parents=True, exist_ok=True)
+    return DRAFT_DIR, calibration(cache / "real-pair", prepare(), 128)
+
+
+def bench_auto_choice(cache: Path = DEFAULT_CACHE, pair: str = "tiny", measure_all: bool = False) -> dict[str, Any]:
+    draft, calib = (PAIR / "draft", tiny_pair_calibration(cache)) if pair == "tiny" else real_pair_calibration(cache)
+    out = cache / "runs" / f"{pair}-pair-auto"
     shutil.rmtree(out, ignore_errors=True)
-    measured = run_measured([eagle3_quant_bin(), "quantize", str(PAIR / "draft"), str(out), "--scheme", "auto",
-                             "--calib", str(calib), "--device", "cpu"], cwd=REPO)    # a failure raises
+    measured = run_measured([eagle3_quant_bin(), "quantize", str(draft), str(out), "--scheme", "auto", "--calib",
+                             str(calib), "--device", "cpu", *(["--measure-all"] if measure_all else [])],
+                            cwd=REPO)    # a failure raises
     record = Manifest.read(out).auto_choice
     shutil.rmtree(out, ignore_errors=True)
-    return {"wall_s": round(measured.wall_s, 3), "peak_rss_bytes": measured.peak_rss_bytes,
-            "candidates": len(record.candidates), "chosen": record.chosen, "engines": record.chosen_candidate.engines,
-            "measure_s": round(record.seconds, 3)}
+    return {"pair": pair, "wall_s": round(measured.wall_s, 3), "peak_rss_bytes": measured.peak_rss_bytes,
+            "candidates": len(record.candidates), "measured": sum(c.measured for c in record.candidates),
+            "chosen": record.chosen, "engines": record.chosen_candidate.engines, "measure_s": round(record.seconds, 3)}
 
 
 def format_auto_choice(result: dict[str, Any]) -> str:
-    return (f"--scheme auto on the tiny pair: {result['wall_s']:.2f} s wall ({result['measure_s']:.2f} s measuring "
+    return (f"--scheme auto on the {result.get('pair', 'tiny')} pair: {result['wall_s']:.2f} s wall "
+            f"({result['measure_s']:.2f} s measuring {result.get('measured', result['candidates'])} of "
             f"{result['candidates']} candidates), peak RSS {result['peak_rss_bytes'] / 1e9:.2f} GB; chose "
             f"{result['chosen']}")
 
 
 if __name__ == "__main__":
-    print(format_auto_choice(bench_auto_choice()))
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.auto_choice", description=__doc__.splitlines()[0])
+    parser.add_argument("--pair", choices=("tiny", "real"), default="tiny")
+    parser.add_argument("--measure-all", action="store_true")
+    parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
+    args = parser.parse_args()
+    print(format_auto_choice(bench_auto_choice(args.cache, args.pair, args.measure_all)))

@@ -41,6 +41,7 @@ from eagle3_quant.records.public_names import public_command, public_name, write
 from eagle3_quant.schemes import get_scheme
 from eagle3_quant.util.hashing import FileDigest, digest_folder
 from eagle3_quant.util.outdir import check_output_target, claimed_output, staged_output
+from eagle3_quant.util.progress import SILENT, Progress
 from eagle3_quant.util.stage_timer import StageTimer
 
 
@@ -73,8 +74,8 @@ def _auto_exclude(draft, scheme: str, plan: QuantPlan, calib, threshold: float, 
     return {"threshold": threshold, **report.to_dict()}, reasons
 
 
-def quantize_draft(src: str | Path, out: str | Path, options: QuantizeOptions | None = None,
-                   **overrides) -> QuantizeResult:
+def quantize_draft(src: str | Path, out: str | Path, options: QuantizeOptions | None = None, *,
+                   progress: Progress = SILENT, **overrides) -> QuantizeResult:
     """Quantize an Eagle3 draft with Quark; write OUT atomically; return what was decided and written.
 
     `options` (a `QuantizeOptions`; keyword arguments override its fields, e.g. ``scheme="fp8", calib=CAL``):
@@ -93,7 +94,7 @@ def quantize_draft(src: str | Path, out: str | Path, options: QuantizeOptions | 
     command = public_command("quantize", (src, out), opts)     # what the manifest records: no local path
     with claimed_output(Path(out), opts.force, Path(src)):   # one writer per OUT, from the first check to the rename
         if opts.scheme == AUTO_SCHEME:
-            return _quantize_auto(src, out, opts, command)
+            return _quantize_auto(src, out, opts, command, progress)
         if opts.quantize_lm_head or opts.draft_vocab is not None:
             return _quantize_pruned(src, out, opts, command)
         if opts.smooth_alpha is not None:
@@ -108,15 +109,18 @@ def quantize_draft(src: str | Path, out: str | Path, options: QuantizeOptions | 
         return _quantize(src, out, opts, command)
 
 
-def _quantize_auto(src: str | Path, out: str | Path, opts: QuantizeOptions, command: list[str]) -> QuantizeResult:
-    """--scheme auto: every check before any work, the ladder measured in memory, then only the chosen candidate
-    written through the normal path (``quantize/auto.py``)."""
+def _quantize_auto(src: str | Path, out: str | Path, opts: QuantizeOptions, command: list[str],
+                   progress: Progress) -> QuantizeResult:
+    """--scheme auto: every check before any work, the ladder measured, then only the chosen candidate written
+    through the normal path (``quantize/auto.py``)."""
+    from eagle3_quant.devices import resolve_profile
     from eagle3_quant.lm_head_support import check_quantize_lm_head
-    from eagle3_quant.quantize.auto import run_auto
+    from eagle3_quant.quantize.auto import AutoSettings, run_auto
     from eagle3_quant.quantize.calibration import check_calibration
     from eagle3_quant.quantize.vocab_prune import target_token_counts
     from eagle3_quant.records.calibration import load_calibration
 
+    profile = resolve_profile(opts.device_profile)
     draft = _read_served(src, opts)
     if opts.quantize_lm_head:
         check_quantize_lm_head(draft.config.architecture)
@@ -127,9 +131,12 @@ def _quantize_auto(src: str | Path, out: str | Path, opts: QuantizeOptions, comm
     check_vocab_map(draft)
     scan_source(draft)
     taps = _serve_taps(draft, opts)
+    settings = AutoSettings(opts.min_acceptance_ratio, opts.engine, pick_device(opts.device), profile,
+                            opts.measure_all, opts.serve_taps, quantize_draft)
     chosen, record = run_auto(draft, opts.calib, check_calibration(draft, calibration, taps.indices), opts.exclude,
-                              opts.engine, opts.min_acceptance_ratio, pick_device(opts.device))
-    picked = replace(opts, scheme=chosen.scheme, quantize_fc=chosen.quantize_fc, draft_vocab=chosen.draft_vocab)
+                              settings, progress)
+    picked = replace(opts, scheme=chosen.scheme, quantize_fc=chosen.quantize_fc, draft_vocab=chosen.draft_vocab,
+                     device_profile=None, measure_all=False)
     if chosen.draft_vocab is not None:
         return _quantize_pruned(src, out, picked, command, auto_choice=record, taps=taps)
     return _quantize(src, out, picked, command, auto_choice=record, taps=taps)

@@ -1,24 +1,18 @@
-"""`quantize --scheme auto`: measure every candidate of the ladder (``auto_ladder.py``) on the calibration set
-and pick the cheapest draft step that keeps the acceptance gate.
+"""`quantize --scheme auto`: measure the ladder (``auto_ladder.py``) cheapest draft step first on the calibration set
+and write the first candidate that keeps the gate; the rest are not measured (``--measure-all`` measures them).
 
-Each candidate runs in memory, with no file written: the BF16 draft with the plan's linears replaced by the
-FP8 weights and scales Quark writes for them, bit for bit (``sensitivity.fp8_versions``, vLLM's math), and
-for a pruned vocabulary ``lm_head`` sliced and ``d2t`` rebuilt exactly as ``--draft-vocab`` writes them
-(``vocab_prune.choose_vocab`` on the same counts). Acceptance is the simulation `validate` runs on the written
-artifact (``runtime.acceptance``: the same chains, starts, counts and paired bootstrap as
-``calibration_fidelity``), against the unpruned BF16 draft, both computed as vLLM serves them
-(``runtime/serving.py``: bf16, the record's ``prediction``); the reference's chains are drafted once and
-paired with every candidate.
-
-The gate is on the point ratio (acceptance length candidate / BF16 >= ``min_acceptance_ratio``), as
-`validate`'s acceptance_ratio gate; the 95% interval is measured and recorded beside it. A pruned vocabulary
-is ranked and measured on the same calibration set: its coverage and ratio are in-sample (optimistic); judge
-them on held-out data with `validate --calib OTHER`.
+The gate (``records.auto_choice.GATE_RULE``) is what `validate` then confirms on the written artifact with the same
+set: the 95% interval's lower bound of the acceptance ratio (candidate / BF16 draft, paired bootstrap over samples)
+keeps ``--min-acceptance-ratio``, and the scheme's own `validate` gates hold (``scheme_gates.py``: the point ratio,
+step-0 top-1 agreement, lowest weight SQNR). A set too small to tell, where a ratio clears the gate but its
+interval does not, is refused with the number of samples that would tell. With ``--device-profile`` only the
+schemes that device runs natively are measured. How a candidate is measured: ``auto_measure.py``. A pruned
+vocabulary is ranked and measured on the same set: its coverage and ratio are in-sample (optimistic); judge them
+on held-out data with `validate --calib OTHER`.
 """
 
 from __future__ import annotations
 
-import copy
 import math
 import time
 from collections.abc import Callable
@@ -27,162 +21,197 @@ from pathlib import Path
 
 import torch
 
-from eagle3_quant.errors import AcceptanceGateError
-from eagle3_quant.plan import make_plan
+from eagle3_quant.devices import DeviceProfile
+from eagle3_quant.errors import AcceptanceGateError, CalibrationDataError, Eagle3QuantError
 from eagle3_quant.quantize.auto_ladder import Candidate, Ladder, build_ladder, vocab_sizes
-from eagle3_quant.quantize.calibration import (
-    CALIBRATION_STEPS,
-    calibration_batches,
-    calibration_embedding,
-)
-from eagle3_quant.quantize.sensitivity import fp8_versions, in_dtype, linear_groups
-from eagle3_quant.quantize.vocab_prune import choose_vocab, current_target_ids, target_token_counts
+from eagle3_quant.quantize.auto_measure import Measurer, Trial
+from eagle3_quant.quantize.calibration import CALIBRATION_STEPS
+from eagle3_quant.quantize.vocab_prune import current_target_ids, target_token_counts
 from eagle3_quant.reading.draft import DraftCheckpoint
-from eagle3_quant.records.auto_choice import GATE_RULE, AutoCandidateRecord, AutoChoiceRecord
+from eagle3_quant.records.auto_choice import GATE_RULE, KEPT, NOT_MEASURED, AutoCandidateRecord, AutoChoiceRecord
 from eagle3_quant.records.calibration import CalibrationSet
 from eagle3_quant.records.public_names import public_name
-from eagle3_quant.runtime.acceptance import (
-    AcceptanceStats,
-    PairedRatio,
-    acceptance_stats,
-    chain_acceptance,
-    paired_ratio,
-)
+from eagle3_quant.runtime.acceptance import acceptance_stats
 from eagle3_quant.runtime.serving import serving_numerics
-from eagle3_quant.schemes import get_scheme
+from eagle3_quant.scheme_gates import gates_for_scheme
 from eagle3_quant.util.formatting import interval
+from eagle3_quant.util.progress import SILENT, Progress, Throughput, clock
 
 AUTO_K = CALIBRATION_STEPS      # draft steps per chain: vLLM's usual num_speculative_tokens, validate's default k
+MIN_SAMPLES = 8                 # fewer: a bootstrap over samples has no interval worth gating on
 
 
 @dataclass(frozen=True)
-class Measured:
+class AutoSettings:
+    gate: float
+    engine: str
+    device: str
+    profile: DeviceProfile | None = None
+    measure_all: bool = False
+    serve_taps: str = "trained"      # what a candidate Quark writes is written with, as the chosen one
+    write: Callable[..., object] | None = None     # quantize_draft: how Quark writes a candidate (auto_measure)
+
+
+@dataclass(frozen=True)
+class Outcome:
     candidate: Candidate
-    reference: AcceptanceStats
-    stats: AcceptanceStats
-    paired: PairedRatio | None
-    coverage: float | None
+    trial: Trial | None
+    status: str                 # KEPT, "missed: ...", NOT_MEASURED or "left out: ..."
 
     @property
-    def ratio(self) -> float | None:
-        return self.paired.ratio if self.paired is not None else None
-
-    def keeps(self, gate: float) -> bool:
-        return self.ratio is not None and not math.isnan(self.ratio) and self.ratio >= gate
+    def keeps(self) -> bool:
+        return self.status == KEPT
 
 
-class _Swaps:
-    """Replace modules/buffers of a runtime for one candidate and put the originals back."""
-
-    def __init__(self, runtime) -> None:
-        self.runtime, self.saved = runtime, []
-
-    def set(self, name: str, value) -> None:
-        parent_name, _, child = name.rpartition(".")
-        parent = self.runtime.get_submodule(parent_name) if parent_name else self.runtime
-        self.saved.append((parent, child, getattr(parent, child)))
-        setattr(parent, child, value)
-
-    def restore(self) -> None:
-        for parent, child, value in reversed(self.saved):
-            setattr(parent, child, value)
-        self.saved.clear()
-
-
-def measure_ladder(draft: DraftCheckpoint, ladder: Ladder, calib_path: Path, calibration: CalibrationSet,
-                   exclude, device: str, counts: torch.Tensor,
-                   progress: Callable[[Candidate], None] | None = None) -> list[Measured]:
-    from eagle3_quant.runtime.loading import load_draft
-
-    embedding = calibration_embedding(draft, calibration)
-    reference = load_draft(draft.path, device, serving_numerics(draft.config.torch_dtype).dtype, embedding=embedding)
-    candidate_runtime = copy.deepcopy(reference)
-    native = load_draft(draft.path, device, embedding=embedding)   # the weights in the dtype Quark reads
-    groups = linear_groups(draft)
-    batches: list[dict] | None = None
-    twins: dict[str, dict[str, torch.nn.Module]] = {}
-    current = current_target_ids(draft)
-    total = int(counts.sum())
-    accepted_ref = chain_acceptance(reference, calibration, AUTO_K)
-    ref_stats = acceptance_stats(accepted_ref, AUTO_K)
-    measured = []
-    for cand in ladder.candidates:
-        if progress is not None:
-            progress(cand)
-        scheme = get_scheme(cand.scheme)
-        if cand.scheme not in twins:
-            if batches is None and not scheme.input.dynamic:
-                batches = calibration_batches(calibration, device)
-            twins[cand.scheme] = fp8_versions(native, scheme, batches or [], groups)
-        swaps = _Swaps(candidate_runtime)
-        for decision in make_plan(draft, scheme, exclude, cand.quantize_fc).quantized:
-            swaps.set(decision.module, in_dtype(twins[cand.scheme][decision.module], reference.dtype))
-        coverage = None
-        if cand.draft_vocab is not None:
-            keep = choose_vocab(current, counts, cand.draft_vocab).to(reference.lm_head.weight.device)
-            kept_targets = current.to(keep.device)[keep]
-            head = torch.nn.Linear(reference.lm_head.in_features, cand.draft_vocab, bias=False,
-                                   dtype=reference.dtype, device=keep.device)
-            head.weight = torch.nn.Parameter(reference.lm_head.weight[keep].clone(), requires_grad=False)
-            swaps.set("lm_head", head)
-            swaps.set("d2t", kept_targets - torch.arange(cand.draft_vocab, device=keep.device))
-            coverage = int(counts[kept_targets.cpu()].sum()) / total
-        try:
-            accepted = chain_acceptance(candidate_runtime, calibration, AUTO_K)
-        finally:
-            swaps.restore()
-        paired = paired_ratio(accepted_ref, accepted) if ref_stats.drafts else None
-        measured.append(Measured(cand, ref_stats, acceptance_stats(accepted, AUTO_K), paired, coverage))
-    return measured
+def misses(trial: Trial, gate: float) -> list[str]:
+    """The gates a measured candidate misses: --min-acceptance-ratio on the interval's lower bound, and its
+    scheme's `validate` gates on the point ratio, the top-1 agreement and the lowest weight SQNR."""
+    if trial.paired is None or math.isnan(trial.paired.ratio):
+        return ["no measurable chain"]
+    own = gates_for_scheme(trial.candidate.scheme)
+    found = []
+    if not trial.paired.low >= gate:
+        found.append(f"lower bound {trial.paired.low:.4f} < {gate}")
+    if not trial.paired.ratio >= own.min_acceptance_ratio:
+        found.append(f"ratio {trial.paired.ratio:.4f} < {own.min_acceptance_ratio} (validate)")
+    if not trial.top1 >= own.min_top1_agreement:
+        found.append(f"top-1 {trial.top1:.3f} < {own.min_top1_agreement} (validate)")
+    if trial.min_sqnr_db is not None and not trial.min_sqnr_db >= own.min_weight_sqnr_db:
+        found.append(f"weight SQNR {trial.min_sqnr_db:.1f} dB < {own.min_weight_sqnr_db} (validate)")
+    return found
 
 
-def choose(measured: list[Measured], gate: float) -> Measured:
-    """The cheapest candidate keeping the gate (the list is in ascending step bytes); else one clear error."""
-    for m in measured:
-        if m.keeps(gate):
-            return m
-    rated = [m for m in measured if m.ratio is not None and not math.isnan(m.ratio)]
+def samples_needed(trial: Trial, gate: float, samples: int) -> int | None:
+    """Samples that would narrow the interval of a ratio above the gate until its lower bound clears it (the
+    half-width shrinks as 1/sqrt(samples)); None when the ratio itself does not clear the gate."""
+    ratio, low = trial.paired.ratio, trial.paired.low
+    if not ratio > gate:
+        return None
+    return math.ceil(samples * ((ratio - low) / (ratio - gate)) ** 2)
+
+
+def _line(o: Outcome, index: int, total: int, left: float | None, certain: bool) -> str:
+    t = o.trial
+    ratio = "no measurable chain" if t.paired is None else \
+        f"ratio {t.paired.ratio:.4f} ({interval(t.paired.low, t.paired.high)}), top-1 {t.top1:.3f}"
+    when = "" if left is None else f"; {'' if certain else 'at most '}{clock(left)} left"
+    return f"  {index}/{total} {o.candidate.name}: {ratio}: {o.status} ({t.seconds:.1f} s{when})"
+
+
+def measure_ladder(measurer: Measurer, ladder: Ladder, settings: AutoSettings, samples: int,
+                   progress: Progress = SILENT) -> list[Outcome]:
+    """Cheapest first; after the first keeper the rest are not measured (unless measure_all)."""
+    runnable = [c for c in ladder.candidates if c.left_out is None]
+    progress.say(f"--scheme auto: {len(runnable)} of {len(ladder.candidates)} candidates to measure, cheapest "
+                 f"first{'' if settings.measure_all else ' up to the first that keeps the gate'}, on {samples} "
+                 "samples; the BF16 draft first")
+    outcomes, kept = [], False
+    with progress.task("--scheme auto", samples * (1 + len(runnable)), unit="samples") as advance:
+        def tick() -> None:
+            advance(1, 0)
+
+        if not acceptance_stats(measurer.drafts(tick).accepted, AUTO_K).drafts:
+            raise _no_chains()            # no candidate could be rated: refused before measuring any
+        timed = Throughput(len(runnable))
+        for cand in ladder.candidates:
+            if cand.left_out is not None:
+                outcomes.append(Outcome(cand, None, f"left out: {cand.left_out}"))
+                continue
+            if kept and not settings.measure_all:
+                outcomes.append(Outcome(cand, None, NOT_MEASURED))
+                continue
+            if measurer.writes(cand):
+                progress.say(f"  {cand.scheme}{' with fc' if cand.quantize_fc else ''}: Quark writes it to a "
+                             "temporary folder first (its scales come from Quark's own run)")
+            try:
+                trial = measurer.measure(cand, tick)
+            except Eagle3QuantError as exc:      # quantize refuses to write it (its own check, before any work)
+                outcomes.append(Outcome(cand, None, f"left out: quantize refuses it: {exc.message}"))
+                continue
+            missed = misses(trial, settings.gate)
+            outcomes.append(Outcome(cand, trial, KEPT if not missed else "missed: " + "; ".join(missed)))
+            kept = kept or not missed
+            timed.add(1)
+            left = 0.0 if kept and not settings.measure_all else timed.seconds_left()
+            progress.say(_line(outcomes[-1], timed.items, len(runnable), left, settings.measure_all or kept))
+    return outcomes
+
+
+def _no_chains() -> AcceptanceGateError:
+    return AcceptanceGateError("--scheme auto: no chain start in the calibration set is a greedy continuation of the "
+                               "target, so no acceptance ratio can be measured (calibrate with generated tokens)",
+                               field="calib")
+
+
+def choose(outcomes: list[Outcome], gate: float, samples: int) -> Outcome:
+    """The cheapest candidate keeping the gate (the list is in ascending step bytes); else one clear error that
+    says, for a set too small to tell, how many samples would."""
+    kept = next((o for o in outcomes if o.keeps), None)
+    if kept is not None:
+        return kept
+    rated = [o for o in outcomes if o.trial is not None and o.trial.paired is not None
+             and not math.isnan(o.trial.paired.ratio)]
     if not rated:
-        raise AcceptanceGateError("--scheme auto: no chain start in the calibration set is a greedy continuation "
-                                  "of the target, so no acceptance ratio could be measured (calibrate with "
-                                  "generated tokens)", field="calib")
-    best = max(rated, key=lambda m: m.ratio)
-    low, high = best.paired.low, best.paired.high
-    raise AcceptanceGateError(f"--scheme auto: no candidate keeps --min-acceptance-ratio {gate}; the best, "
-                              f"{best.candidate.name}, has {best.ratio:.4f} (95% CI {interval(low, high)}); "
-                              "nothing written", field="min_acceptance_ratio")
+        raise _no_chains()
+    close = [(o, n) for o in rated if (n := samples_needed(o.trial, gate, samples))
+             and all(m.startswith("lower bound") for m in misses(o.trial, gate))]
+    if close:
+        o, needed = close[0]
+        p = o.trial.paired
+        raise AcceptanceGateError(f"--scheme auto: {samples} calibration samples are too few to tell: the cheapest "
+                                  f"candidate whose ratio clears --min-acceptance-ratio {gate}, {o.candidate.name}, "
+                                  f"has {p.ratio:.4f} (95% CI {interval(p.low, p.high)}); about {needed} samples "
+                                  f"would lift the interval above it (calibrate --num-samples {needed}); nothing "
+                                  "written", field="calib")
+    best = max(rated, key=lambda o: o.trial.paired.ratio)
+    p = best.trial.paired
+    raise AcceptanceGateError(f"--scheme auto: no candidate keeps the gate (--min-acceptance-ratio {gate} on the "
+                              f"interval's lower bound, and validate's); the best ratio, {best.candidate.name}'s "
+                              f"{p.ratio:.4f} (95% CI {interval(p.low, p.high)}), {best.status}; nothing written",
+                              field="min_acceptance_ratio")
 
 
-def auto_record(ladder: Ladder, measured: list[Measured], chosen: Measured, gate: float, engine: str,
-                calib_path: Path, seconds: float, draft_dtype: str | None) -> AutoChoiceRecord:
-    rows = []
-    for m in measured:
-        c, r = m.candidate, m.paired
-        rows.append(AutoCandidateRecord(
-            name=c.name, scheme=c.scheme, draft_vocab=c.draft_vocab, quantize_fc=c.quantize_fc,
-            step_bytes=c.step_bytes, step_bytes_over_bf16=c.step_bytes / ladder.bf16_step_bytes,
-            acceptance_ratio=r.ratio if r is not None else None,
-            interval=[r.low, r.high] if r is not None else None, coverage=m.coverage, keeps_gate=m.keeps(gate),
-            chosen=m is chosen, engines=list(c.engines)))
-    return AutoChoiceRecord(
-        min_acceptance_ratio=gate, gate=GATE_RULE, engine=engine, k=AUTO_K, calibration=public_name(calib_path),
-        prediction=serving_numerics(draft_dtype).record(),
-        drafts=chosen.reference.drafts, acceptance_length_bf16=chosen.reference.acceptance_length,
-        bf16_step_bytes=ladder.bf16_step_bytes, candidates=rows, chosen=chosen.candidate.name, seconds=seconds,
-        skipped=list(ladder.skipped))
+def _row(o: Outcome, ladder: Ladder, chosen: Outcome) -> AutoCandidateRecord:
+    c, t = o.candidate, o.trial
+    p = t.paired if t is not None else None
+    return AutoCandidateRecord(
+        name=c.name, scheme=c.scheme, draft_vocab=c.draft_vocab, quantize_fc=c.quantize_fc,
+        step_bytes=c.step_bytes, step_bytes_over_bf16=c.step_bytes / ladder.bf16_step_bytes,
+        acceptance_ratio=p.ratio if p is not None else None, interval=[p.low, p.high] if p is not None else None,
+        coverage=t.coverage if t is not None else None, keeps_gate=o.keeps, chosen=o is chosen,
+        engines=list(c.engines), status=o.status, top1_agreement=t.top1 if t is not None else None,
+        min_weight_sqnr_db=t.min_sqnr_db if t is not None else None, native_devices=list(c.native_devices))
 
 
-def run_auto(draft: DraftCheckpoint, calib_path: Path, calibration: CalibrationSet, exclude, engine: str,
-             gate: float, device: str, progress: Callable[[Candidate], None] | None = None,
-             ) -> tuple[Candidate, AutoChoiceRecord]:
+def run_auto(draft: DraftCheckpoint, calib_path: Path, calibration: CalibrationSet, exclude,
+             settings: AutoSettings, progress: Progress = SILENT) -> tuple[Candidate, AutoChoiceRecord]:
     """Build the ladder, measure it, choose: (the candidate to write, the manifest's record)."""
     started = time.perf_counter()
+    samples = calibration.num_samples
+    if samples < MIN_SAMPLES:
+        raise CalibrationDataError(f"--scheme auto gates on a 95% interval over samples: {samples} samples cannot "
+                                   f"tell one; give at least {MIN_SAMPLES} (calibrate --num-samples)",
+                                   path=calib_path, field="samples")
     counts = target_token_counts(calib_path, draft.config.vocab_size)
     ranked = int((counts[current_target_ids(draft)] > 0).sum())
     sizes, left_out = vocab_sizes(draft.config.draft_vocab_size, ranked)
-    ladder = build_ladder(draft, exclude, engine, sizes)
+    ladder = build_ladder(draft, exclude, settings.engine, sizes, profile=settings.profile)
     ladder = replace(ladder, skipped=(*left_out, *ladder.skipped))
-    measured = measure_ladder(draft, ladder, calib_path, calibration, exclude, device, counts, progress)
-    chosen = choose(measured, gate)
-    return chosen.candidate, auto_record(ladder, measured, chosen, gate, engine, calib_path,
-                                         time.perf_counter() - started, draft.config.torch_dtype)
+    measurer = Measurer(draft, calibration, calib_path, counts, exclude, settings.engine, settings.device, AUTO_K,
+                        settings.serve_taps, settings.write)
+    try:
+        with torch.no_grad():
+            outcomes = measure_ladder(measurer, ladder, settings, samples, progress)
+    finally:
+        measurer.close()
+    chosen = choose(outcomes, settings.gate, samples)
+    reference = measurer.reference_stats()
+    record = AutoChoiceRecord(
+        min_acceptance_ratio=settings.gate, gate=GATE_RULE, engine=settings.engine, k=AUTO_K,
+        calibration=public_name(calib_path), prediction=serving_numerics(draft.config.torch_dtype).record(),
+        drafts=reference.drafts, acceptance_length_bf16=reference.acceptance_length,
+        bf16_step_bytes=ladder.bf16_step_bytes, candidates=[_row(o, ladder, chosen) for o in outcomes],
+        chosen=chosen.candidate.name, seconds=time.perf_counter() - started, skipped=list(ladder.skipped),
+        device_profile=settings.profile.name if settings.profile is not None else None,
+        measure_all=settings.measure_all, samples=samples)
+    return chosen.candidate, record

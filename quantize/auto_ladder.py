@@ -6,9 +6,10 @@ engine that serves it loads it: vLLM does, SGLang does not). Which engines may s
 ``--engine``'s choice (``eagle3_quant/engines/choice.py``): named engines must all load it; with ``auto`` (the
 default) one engine that serves the draft's format suffices, and the written candidate's engines are recorded.
 ``lm_head`` stays BF16: no engine loads a quantized Eagle3 lm_head (``eagle3_quant/lm_head_support.py``). Step
-bytes come from ``eagle3_quant/cost.py`` on the draft's headers and the plan ``quantize`` would write. A scheme
-joins the ladder by registering, once the cost projection and the simulation know its number format (FP8 E4M3
-and MXFP4); one they do not know, or one no engine asked for can serve, is listed in ``skipped`` with the reason.
+bytes come from ``eagle3_quant/cost.py`` on the draft's headers and the plan ``quantize`` would write. Every
+scheme of the registry joins; one no engine asked for can serve, or whose groups do not divide the draft's widths,
+is listed in ``skipped`` with the reason. With a device profile (``eagle3_quant/devices.py``) a candidate whose
+scheme that device does not run natively stays in the table, left out with the reason.
 """
 
 from __future__ import annotations
@@ -16,13 +17,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from eagle3_quant.cost import (
-    WeightTensor,
-    as_bf16,
-    prune_vocab,
-    quantize_modules,
-    step_cost,
-)
+from eagle3_quant.cost import WeightTensor, as_bf16, project_scheme, prune_vocab, step_cost
+from eagle3_quant.devices import DeviceProfile, not_native
 from eagle3_quant.engines.choice import check_choice, choose_engines
 from eagle3_quant.errors import SchemeError, UnsupportedSourceError
 from eagle3_quant.plan import make_plan
@@ -30,7 +26,6 @@ from eagle3_quant.reading.draft import DraftCheckpoint
 from eagle3_quant.schemes import SCHEMES, Scheme
 
 VOCAB_FRACTIONS = (2, 3, 4)             # pruned vocabularies of 1/2, 1/3, 1/4 of the current one
-SIMULATED_DTYPES = frozenset({"fp8_e4m3", "fp4", "fp6_e2m3", "fp6_e3m2"})   # schemes.ELEMENT_DTYPES
 
 
 @dataclass(frozen=True)
@@ -40,6 +35,8 @@ class Candidate:
     quantize_fc: bool
     step_bytes: int
     engines: tuple[str, ...] = ()   # the engines its artifact would be for (--engine's choice)
+    native_devices: tuple[str, ...] = ()    # device profiles whose kernels run its GEMM natively
+    left_out: str | None = None     # why --device-profile leaves it out (None: measured when its turn comes)
 
     @property
     def name(self) -> str:
@@ -47,7 +44,7 @@ class Candidate:
         if self.draft_vocab is not None:
             parts.append(f"vocab {self.draft_vocab}")
         if self.quantize_fc:
-            parts.append("fc FP8")
+            parts.append("fc quantized")
         return " + ".join(parts)
 
 
@@ -56,11 +53,6 @@ class Ladder:
     bf16_step_bytes: int
     candidates: tuple[Candidate, ...]       # ascending step bytes, ties by name
     skipped: tuple[str, ...] = ()           # what was left out, and why
-
-
-def simulated(scheme: Scheme) -> bool:
-    """Whether the cost projection and the whole-plan simulation know this scheme's number format."""
-    return scheme.weight.dtype in SIMULATED_DTYPES and scheme.input.dtype in SIMULATED_DTYPES
 
 
 def unserved(draft: DraftCheckpoint, engine: str, scheme: Scheme, quantize_fc: bool) -> str | None:
@@ -94,16 +86,12 @@ def header_tensors(draft: DraftCheckpoint) -> list[WeightTensor]:
 
 
 def build_ladder(draft: DraftCheckpoint, exclude: Sequence[str], engine: str, sizes: Sequence[int],
-                 schemes: Sequence[Scheme] | None = None) -> Ladder:
+                 schemes: Sequence[Scheme] | None = None, profile: DeviceProfile | None = None) -> Ladder:
     tensors = header_tensors(draft)
     skipped = []
     candidates = []
     fc_left_out = None
     for scheme in schemes if schemes is not None else SCHEMES.values():
-        if not simulated(scheme):
-            skipped.append(f"{scheme.name}: the simulation knows FP8 E4M3 and MXFP4 (E2M1) only, not "
-                           f"{scheme.weight.dtype}")
-            continue
         why_not = unserved(draft, engine, scheme, False)
         if why_not:
             skipped.append(f"{scheme.name}: {why_not}")
@@ -113,25 +101,23 @@ def build_ladder(draft: DraftCheckpoint, exclude: Sequence[str], engine: str, si
         except SchemeError as exc:          # e.g. an MX scheme on a width that is not a multiple of 32
             skipped.append(f"{scheme.name}: {exc.message}")
             continue
+        left_out = not_native(scheme, profile) if profile is not None else None
         for fc in (False, True):
-            left_out = unserved(draft, engine, scheme, True) if fc else None
-            if left_out:
-                fc_left_out = left_out
+            fc_unserved = unserved(draft, engine, scheme, True) if fc else None
+            if fc_unserved:
+                fc_left_out = fc_unserved
                 continue
             try:
                 plan = make_plan(draft, scheme, exclude, fc, engine=engine)
             except SchemeError as exc:          # --exclude fc with --engine vllm
-                skipped.append(f"{scheme.name} + fc FP8: {exc.message}")
+                skipped.append(f"{scheme.name} + fc quantized: {exc.message}")
                 continue
-            written = quantize_modules(tensors, [d.module for d in plan.quantized],
-                                       per_channel=scheme.weight.granularity == "per_channel",
-                                       static_input=not scheme.input.dynamic,
-                                       mx_bits=scheme.weight.element_bits if scheme.mx else None)
-            engines = plan.engines.engines
+            written = project_scheme(tensors, scheme.name, [d.module for d in plan.quantized])
             for n in (None, *sizes):
                 projected = prune_vocab(written, n) if n is not None else written
-                candidates.append(Candidate(scheme.name, n, fc, step_cost(projected, "").total_bytes, engines))
+                candidates.append(Candidate(scheme.name, n, fc, step_cost(projected, "").total_bytes,
+                                            plan.engines.engines, scheme.native_devices, left_out))
     if fc_left_out:
-        skipped.append(f"fc FP8: {fc_left_out}")
+        skipped.append(f"fc quantized: {fc_left_out}")
     candidates.sort(key=lambda c: (c.step_bytes, c.name))
     return Ladder(step_cost(as_bf16(tensors), "bf16").total_bytes, tuple(candidates), tuple(skipped))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from eagle3_quant.devices import PROFILE_CHOICES
 from eagle3_quant.engines.choice import check_named_engines
 from eagle3_quant.errors import OptionsError, SchemeError
 from eagle3_quant.options import DEVICE_HELP, check_device, check_fraction, check_positive, option
@@ -18,8 +19,9 @@ ENGINES = SERVING_CHOICES
 @dataclass(frozen=True)
 class QuantizeOptions:
     scheme: str = option(DEFAULT_SCHEME, "Quantization scheme; auto: measure a ladder of candidates (schemes, pruned "
-                                         "vocabularies, fc FP8 where the engine loads it) on --calib and write the "
-                                         "cheapest draft step that keeps --min-acceptance-ratio.", pipeline=False)
+                                         "vocabularies, fc quantized where the engine loads it) on --calib, cheapest "
+                                         "first, and write the first that keeps --min-acceptance-ratio.",
+                         pipeline=False)
     exclude: tuple[str, ...] = option((), "Keep this linear BF16 too: a role (o_proj), a fused name (qkv_proj, "
                                           "gate_up_proj), attention, mlp, or a module name. Repeatable.")
     quantize_fc: bool = option(False, "Quantize fc too (vLLM loads it; SGLang cannot).")
@@ -49,8 +51,13 @@ class QuantizeOptions:
                                            "why).", pipeline=False)
     verbose: bool = option(False, "Show the libraries' own log (Quark).", pipeline=False)
     min_acceptance_ratio: float = option(
-        0.99, "--scheme auto: the gate, acceptance length candidate / BF16 draft on --calib (point ratio, in (0, 1]; "
-              "its 95% interval is recorded beside it).")
+        0.99, "--scheme auto: the gate, acceptance length candidate / BF16 draft on --calib, in (0, 1]: its 95% "
+              "interval's lower bound must reach it, and the scheme's validate gates hold.")
+    device_profile: str | None = option(
+        None, "--scheme auto: measure only the schemes this device runs natively (mi355x, mi300x, h200, h100, b200, "
+              "or current: this machine's GPU); the table says why each other one is left out.", pipeline=False)
+    measure_all: bool = option(False, "--scheme auto: measure every candidate (default: cheapest first, up to the "
+                                      "first that keeps the gate).", pipeline=False)
     engine: str = option(AUTO_ENGINE, "The serving engines the artifact is for: auto (default) takes every engine "
                                       "whose code serves this draft's format, the scheme and fc's precision, and "
                                       "refuses only when none does; both, vllm or sglang name them, and one that "
@@ -82,6 +89,10 @@ class QuantizeOptions:
         if self.scheme == AUTO_SCHEME:
             self._check_auto()
             return
+        if self.device_profile is not None or self.measure_all:
+            raise SchemeError(f"--{'device-profile' if self.device_profile is not None else 'measure-all'} chooses "
+                              "among --scheme auto's candidates: add --scheme auto, or drop it",
+                              field="device_profile" if self.device_profile is not None else "measure_all")
         chosen = get_scheme(self.scheme)
         check_named_engines(self.engine, chosen, self.quantize_fc)   # auto: decided once the draft is read
         check_fraction(self.auto_exclude, "auto_exclude")
@@ -141,6 +152,9 @@ class QuantizeOptions:
                               "--gptq", field="rtn")
 
     def _check_auto(self) -> None:
+        if self.device_profile is not None and self.device_profile not in PROFILE_CHOICES:
+            raise OptionsError(f"unknown device profile {self.device_profile!r}; valid: {', '.join(PROFILE_CHOICES)}",
+                               field="device_profile")
         if self.calib is None:
             raise SchemeError("--scheme auto measures each candidate's acceptance on calibration data: give "
                               "--calib CAL (made by `eagle3-quant calibrate`)", field="calib")

@@ -35,7 +35,7 @@ def _parsed_by_the_cli(argv: list[str], monkeypatch) -> tuple[str, str, Quantize
     import eagle3_quant.quantize.api as api
 
     seen = {}
-    monkeypatch.setattr(api, "quantize_draft", lambda src, out, options: seen.update(call=(src, out, options)) or
+    monkeypatch.setattr(api, "quantize_draft", lambda src, out, options, **_: seen.update(call=(src, out, options)) or
                         (_ for _ in ()).throw(SystemExit(0)))
     with pytest.raises(SystemExit):
         main(argv[1:])

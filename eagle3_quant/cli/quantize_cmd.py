@@ -8,6 +8,7 @@ import typer
 
 from eagle3_quant.cli.app import verb
 from eagle3_quant.cli.numbers import number_option
+from eagle3_quant.devices import PROFILE_CHOICES
 from eagle3_quant.options import COUNT, FRACTION, RATIO, help_of
 from eagle3_quant.options import default_of as default
 from eagle3_quant.quantize.options import AUTO_SCHEME, ENGINES
@@ -19,6 +20,7 @@ SchemeName = Enum("SchemeName", {name: name for name in (*SCHEMES, AUTO_SCHEME)}
 PlainScheme = Enum("PlainScheme", {name: name for name in SCHEMES}, type=str)    # one scheme, no `auto` ladder
 EngineName = Enum("EngineName", {name: name for name in ENGINES}, type=str)
 ServeTaps = Enum("ServeTaps", {name: name for name in SERVE_TAPS}, type=str)
+ProfileName = Enum("ProfileName", {name: name for name in PROFILE_CHOICES}, type=str)
 
 
 @verb("quantize")
@@ -50,8 +52,12 @@ def quantize_command(
     = default(Q, "min_acceptance_ratio"),
     engine: Annotated[EngineName, typer.Option(help=help_of(Q, "engine"))] = default(Q, "engine"),
     serve_taps: Annotated[ServeTaps, typer.Option(help=help_of(Q, "serve_taps"))] = default(Q, "serve_taps"),
+    device_profile: Annotated[ProfileName | None, typer.Option(help=help_of(Q, "device_profile"))] = None,
+    measure_all: Annotated[bool, typer.Option("--measure-all", help=help_of(Q, "measure_all"))]
+    = default(Q, "measure_all"),
 ) -> None:
     """Quantize a draft to FP8 with AMD Quark; write config.json that vLLM loads unedited, and a manifest."""
+    from eagle3_quant.cli.progress import TerminalProgress
     from eagle3_quant.cli.render import console, print_loader_check
     from eagle3_quant.quantize.api import quantize_draft
     from eagle3_quant.util.formatting import human_bytes
@@ -60,8 +66,9 @@ def quantize_command(
                 calib=calib, auto_exclude=auto_exclude, smooth_alpha=smooth_alpha, gptq=gptq, rtn=rtn, force=force,
                 revision=revision, verbose=verbose,
                 allow_pickle=allow_pickle, draft_vocab=draft_vocab, quantize_lm_head=quantize_lm_head,
-                min_acceptance_ratio=min_acceptance_ratio, engine=engine.value, serve_taps=serve_taps.value)
-    result = quantize_draft(src, out, options)
+                min_acceptance_ratio=min_acceptance_ratio, engine=engine.value, serve_taps=serve_taps.value,
+                device_profile=device_profile.value if device_profile else None, measure_all=measure_all)
+    result = quantize_draft(src, out, options, progress=TerminalProgress())
     if result.manifest.auto_choice is not None:
         from eagle3_quant.cli.render_auto import print_auto_choice
 

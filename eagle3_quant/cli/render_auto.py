@@ -1,4 +1,5 @@
-"""The table of `quantize --scheme auto`: every candidate, its step bytes and acceptance, the choice."""
+"""The table of `quantize --scheme auto`: every candidate, its step bytes, acceptance and gate, or why it was not
+measured; the choice and the devices that run it natively."""
 
 from __future__ import annotations
 
@@ -8,20 +9,34 @@ from eagle3_quant.cli.render import console
 from eagle3_quant.records.auto_choice import TABLE_HEADER, AutoChoiceRecord, table_rows
 from eagle3_quant.records.validation_report import prediction_text
 
+NUMBER_COLUMNS = ("step bytes", "of BF16", "acceptance ratio (95% CI)", "top-1", "coverage")
+
+
+def gate_title(record: AutoChoiceRecord) -> str:
+    rule = "the 95% interval's lower bound, and each scheme's validate gates" if record.gate == "lower" else \
+        "point ratio"
+    where = f"; only what {record.device_profile} runs natively" if record.device_profile else ""
+    return (f"--scheme auto: gate acceptance ratio >= {record.min_acceptance_ratio} ({rule}; k={record.k}, "
+            f"{record.drafts} chains of {record.calibration}, BF16 acceptance length "
+            f"{record.acceptance_length_bf16:.3f}; engine {record.engine}{where}"
+            + (f"; {prediction_text(record.prediction)}" if record.prediction else "") + ")")
+
 
 def print_auto_choice(record: AutoChoiceRecord) -> None:
-    table = Table(title=f"--scheme auto: gate acceptance ratio >= {record.min_acceptance_ratio} (point ratio; "
-                        f"k={record.k}, {record.drafts} chains of {record.calibration}, BF16 acceptance length "
-                        f"{record.acceptance_length_bf16:.3f}; engine {record.engine}"
-                        + (f"; {prediction_text(record.prediction)}" if record.prediction else "") + ")")
-    for column in TABLE_HEADER:
-        table.add_column(column)
+    table = Table(title=gate_title(record))
+    for column in TABLE_HEADER:      # numbers whole; names and reasons wrap
+        table.add_column(column, no_wrap=column in NUMBER_COLUMNS, overflow="fold")
     for row, candidate in zip(table_rows(record), record.candidates, strict=True):
         table.add_row(*row, style="bold green" if candidate.chosen else None)
     console.print(table)
     for reason in record.skipped:
         console.print(f"  not in the ladder: {reason}")
     chosen = record.chosen_candidate
+    native = f"its GEMM runs natively on {', '.join(chosen.native_devices)} (emulated elsewhere)" \
+        if chosen.native_devices else "no device runs its GEMM natively: vLLM emulates it (--device-profile " \
+        "keeps what a device runs natively)"
+    measured = sum(c.measured for c in record.candidates)
     console.print(f"chose {chosen.name}: {chosen.step_bytes_over_bf16:.3f} of the BF16 step's "
-                  f"{record.bf16_step_bytes:,} bytes, acceptance ratio {chosen.acceptance_ratio:.4f} "
-                  f"(measured in {record.seconds:.1f} s)")
+                  f"{record.bf16_step_bytes:,} bytes, acceptance ratio {chosen.acceptance_ratio:.4f}; {native}; "
+                  f"{measured} of {len(record.candidates)} candidates measured in {record.seconds:.1f} s",
+                  markup=False)
