@@ -151,8 +151,8 @@ def run(request: dict) -> dict:
                 draft = build_draft(config, split)
             except Exception as exc:  # noqa: BLE001
                 traceback.print_exc()
-                try:
-                    build_draft(config, 1)
+                try:          # a fresh config: the failed build left its layers registered in the first one
+                    build_draft(engine_config(kwargs), 1)
                 except Exception as single:  # noqa: BLE001
                     note = f"the draft could not be built to check its split ({_message(single)})"
                 else:
