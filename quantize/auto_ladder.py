@@ -113,7 +113,10 @@ def build_ladder(draft: DraftCheckpoint, exclude: Sequence[str], engine: str, si
                 skipped.append(f"{scheme.name} + fc quantized: {exc.message}")
                 continue
             written = project_scheme(tensors, scheme.name, [d.module for d in plan.quantized])
-            for n in (None, *sizes):
+            if sizes and scheme.rounding == "awq" and not fc:     # said once per scheme
+                skipped.append(f"{scheme.name} with a smaller vocabulary: AWQ, its rounding, scales the draft of "
+                               "the full vocabulary (quantize refuses --draft-vocab with it)")
+            for n in (None, *(sizes if scheme.rounding != "awq" else ())):
                 projected = prune_vocab(written, n) if n is not None else written
                 candidates.append(Candidate(scheme.name, n, fc, step_cost(projected, "").total_bytes,
                                             plan.engines.engines, scheme.native_devices, left_out))

@@ -211,7 +211,9 @@ def both_sets(heldout_text, tmp_path_factory):
 def test_vllm_backend_set_equals_the_transformers_set(both_sets):
     sets, results = both_sets
     ours, engine = sets["transformers"], sets["vllm"]
-    assert ours.info.differences(engine.info) == ["extra.capture_backend", "extra.capture_engine"]
+    assert ours.info.differences(engine.info) == ["extra.capture_backend", "extra.capture_engine",
+                                                  "extra.engine_layout"]
+    assert engine.info.extra["engine_layout"]["tensor_parallel_size"] == 1
     assert engine.info.aux_layer_ids == (0, 1, 2, 3) and engine.info.extra["engine_aux_layer_ids"] == [0, 1, 2]
     assert results["vllm"].generated_tokens == results["transformers"].generated_tokens == 4 * 16
     worst = 0.0

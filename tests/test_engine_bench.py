@@ -206,7 +206,9 @@ def test_an_mx_artifact_runs_through_vllms_own_emulation_kernels(tiny_pair, tmp_
     quantize_draft(PAIR / "draft", artifact, scheme="w_mxfp4_a_mxfp4")
     result = bench(artifact, predict=False, num_prompts=8, max_tokens=16)
     record = result.record
-    assert set(record.registered_kernels) == {"EmulationMxfp4LinearKernel", "EmulationMxfp6LinearKernel"}
+    # every block-scaled emulation kernel vLLM ships, registered for the CPU platform that lists none
+    assert set(record.registered_kernels) == {"EmulationMxfp4LinearKernel", "EmulationMxfp6LinearKernel",
+                                              "EmulationMxfp8LinearKernel", "EmulationNvFp4LinearKernel"}
     assert {row.platform for row in record.registered_kernels.values()} == {"cpu"}
     ops = record.substituted_ops
     assert ops["quark.torch.kernel.mx.qdq_mxfp4"].calls > 0 and "CPU" in ops["quark.torch.kernel.mx.qdq_mxfp4"].why

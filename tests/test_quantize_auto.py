@@ -73,7 +73,11 @@ def test_ladder_step_bytes_are_cost_py_s_and_ascending(tmp_path: Path):
     auto = build_ladder(draft, (), "auto", [128])
     engines = {c.name: c.engines for c in auto.candidates}
     assert {c.name for c in auto.candidates} == set(fc) and not any("fc quantized:" in s for s in auto.skipped)
-    assert {c.scheme for c in auto.candidates} | {s.split(":")[0] for s in auto.skipped} == set(SCHEMES)
+    assert {c.scheme for c in auto.candidates} | {s.split(":")[0].split()[0] for s in auto.skipped} == set(SCHEMES)
+    # AWQ (w4a16_int4's rounding) scales the full vocabulary: no pruned-vocabulary rung quantize could not write
+    awq = [c for c in auto.candidates if SCHEMES[c.scheme].rounding == "awq"]
+    assert awq and all(c.draft_vocab is None for c in awq)
+    assert any(s.startswith("w4a16_int4 with a smaller vocabulary: AWQ") for s in auto.skipped)
     assert engines["ptpc_fp8"] == ("vllm", "sglang") and engines["w_mxfp4_a_mxfp4 + vocab 128"] == ("vllm", "sglang")
     assert engines["w_mxfp4_a_fp8"] == engines["ptpc_fp8 + fc quantized"] == ("vllm",)
     assert all(c.native_devices == SCHEMES[c.scheme].native_devices and c.left_out is None for c in auto.candidates)

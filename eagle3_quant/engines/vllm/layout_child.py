@@ -38,22 +38,34 @@ class _Reached(Exception):
 
 
 def engine_config(llm_kwargs: dict):
-    """vLLM's config for these ``vllm.LLM`` arguments: ``LLM.__init__``'s checks, then ``create_engine_config``."""
+    """vLLM's config for these ``vllm.LLM`` arguments: ``LLM.__init__``'s own checks up to the engine arguments it
+    builds, then ``create_engine_config``. ``LLM`` is stopped where it builds them and, should a version build them
+    elsewhere, where it hands them to ``LLMEngine.from_engine_args``: no engine is ever made here."""
     import vllm.entrypoints.llm as llm_module
     from vllm.engine.arg_utils import EngineArgs
 
-    class Captured(llm_module.EngineArgs):
+    class Captured(EngineArgs):
         def __post_init__(self):
             super().__post_init__()
             raise _Reached(self)
 
-    llm_module.EngineArgs = Captured
+    def handed_over(*args, **kwargs):
+        raise _Reached(kwargs.get("engine_args", args[0] if args else None))
+
+    engine_class = getattr(llm_module, "LLMEngine", None)
+    patches = [(llm_module, "EngineArgs", Captured)]
+    if engine_class is not None:
+        patches.append((engine_class, "from_engine_args", handed_over))
+    saved = [(owner, name, owner.__dict__[name]) for owner, name, _ in patches if name in owner.__dict__]
     try:
+        for owner, name, value in patches:
+            setattr(owner, name, value)
         llm_module.LLM(**llm_kwargs)
     except _Reached as reached:
         args = reached.args[0]
     finally:
-        llm_module.EngineArgs = EngineArgs
+        for owner, name, value in saved:
+            setattr(owner, name, value)
     return args.create_engine_config()
 
 
