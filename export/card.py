@@ -238,6 +238,15 @@ def write_card(out: str | Path, card: DraftCard) -> DraftCard:
 
 def make_card(out: str | Path, repo_id: str | None = None, *, target: str | None = None,
               base_model: str | None = None, pipeline: str | None = None, write: bool = True) -> DraftCard:
-    """Build OUT's model card and (unless write=False) write it to OUT/README.md."""
-    card = build_card(out, repo_id, target=target, base_model=base_model, pipeline=pipeline)
+    """Build OUT's model card and (unless write=False) write it to OUT/README.md. A validation report that is there
+    but cannot be read is refused naming it (none, or another artifact's: the card says not validated)."""
+    out = Path(out)
+    manifest = Manifest.read(out, PublishError)
+    check_integrity(out, manifest, PublishError)
+    validation = read_validation(out, manifest_digests(manifest))
+    if validation.state == "unreadable":
+        raise PublishError(validation.problem, path=validation.path,
+                           hint="run `eagle3-quant validate OUT` again, or remove the file")
+    card = build_card(out, repo_id, target=target, base_model=base_model, pipeline=pipeline, validation=validation,
+                      manifest=manifest, checked=True)
     return write_card(out, card) if write else card

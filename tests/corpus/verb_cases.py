@@ -191,6 +191,9 @@ VERB_CASES: tuple[VerbCase, ...] = (
              ("the artifact differs from its manifest", "model.safetensors changed after export")),
     VerbCase("card-local-target", lambda r: ["card", str(quantized(r)), "--repo-id", "org/x", "--target", str(r)],
              ("field 'target'", "not a Hub repo id", "the card names the target by its Hub id")),
+    VerbCase("card-validation-nested-too-deep",
+             lambda r: ["card", str(_deep_report(quantized(r))), *NAMES],
+             ("validation.json", "nested deeper than 64 levels")),
     VerbCase("push-changed-never-validated", lambda r: [*_push(changed(quantized(r)))],
              ("the artifact differs from its manifest", "model.safetensors changed after export")),
     VerbCase("push-file-name-forges-a-line", lambda r: [*_push(named(quantized(r), "x\nerror: forged"))],
@@ -236,6 +239,12 @@ VERB_CASES: tuple[VerbCase, ...] = (
 
 
 NAMES = ("--repo-id", "org/draft-fp8", "--target", "org/target", "--base-model", "org/draft")
+
+
+def _deep_report(out):
+    """OUT with a validation.json nested 100,000 levels deep (the docs promise a 64-level limit)."""
+    (out / "validation.json").write_text("[" * 100_000 + "]" * 100_000)
+    return out
 
 
 def _push(out: Path) -> list[str]:
