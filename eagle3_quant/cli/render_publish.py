@@ -52,7 +52,7 @@ def print_pipeline(result) -> None:
     if result.planned:
         from eagle3_quant.pipeline import paths_line
 
-        console.print(paths_line(spec), markup=False)
+        console.print(paths_line(spec), markup=False, soft_wrap=True)
     title = f"pipeline {spec.path}: {spec.source} -> {spec.out}"
     table = Table(title=f"dry run of {title}: nothing was run, written or sent" if result.planned else title)
     for col in ("stage", "status", "seconds", "detail"):
