@@ -180,7 +180,7 @@ def run_quantize(spec: PipelineSpec, why: str, progress: Progress) -> str:
     from eagle3_quant.quantize.api import quantize_draft
 
     replacing = (spec.out / MANIFEST_NAME).is_file()
-    result = quantize_draft(spec.source, spec.out, quantize_options(spec, force=replacing))
+    result = quantize_draft(spec.source, spec.out, quantize_options(spec, force=replacing), progress=progress)
     note = f" ({why})" if replacing else ""
     return f"{len(result.plan.quantized)} linears FP8, {len(result.plan.excluded)} BF16{note}"
 

@@ -13,6 +13,7 @@ import pytest
 import torch
 from calib_fixtures import write_calibration, write_target
 from conftest import folder_hashes
+from test_pipeline import Said
 
 from eagle3_quant.cli import main
 from eagle3_quant.cost import WeightTensor, checkpoint_cost, project_scheme, step_cost
@@ -515,3 +516,34 @@ def test_reference_once_pairs_as_calibration_fidelity(quantized_tiny, tmp_path: 
     assert acceptance_stats(chains_ref.accepted, 3) == whole.reference
     assert acceptance_stats(chains_cand.accepted, 3) == whole.candidate
     assert top1_agreement(chains_ref, chains_cand) == whole.top1_agreement < 1.0
+
+
+@pytest.mark.slow
+def test_run_says_each_auto_rung_of_its_quantize_stage(auto_pair, tmp_path: Path):
+    """`run` hands its progress to quantize: a pipeline with `scheme: auto` says each measured rung as `quantize
+    --scheme auto` does, between the stage's own lines."""
+    import shutil
+
+    import yaml
+
+    from eagle3_quant.pipeline import run_pipeline
+
+    work = tmp_path / "work"
+    shutil.copytree(auto_pair.calib, work / "calib")       # present, whole, for this target: the stage skips
+    data = {"pipeline_version": 1, "source": str(auto_pair.draft), "target": str(auto_pair.target),
+            "scheme": "auto", "workdir": str(work), "calibrate": {"data": "org/chats", "num_samples": AUTO_PROMPTS},
+            "quantize": {"min_acceptance_ratio": 0.9}, "validate": {"enabled": False},
+            "bench": {"enabled": False}, "push": {"enabled": False}}
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(data))
+    said = Said()
+    result = run_pipeline(path, progress=said)
+    assert [s.status for s in result.stages] == ["skipped", "ran", "disabled", "disabled", "disabled"]
+    record = Manifest.read(work / "draft-fp8").auto_choice
+    measured = [r for r in record.candidates if r.measured]
+    lines = said.lines
+    runs, ran = lines.index("[2/5] quantize: runs (no artifact in " f"{work / 'draft-fp8'})"), \
+        next(i for i, line in enumerate(lines) if line.startswith("[2/5] quantize: ran in "))
+    rungs = [line for line in lines[runs + 1:ran] if f"/{len(record.candidates)} " in line]
+    assert len(rungs) == len(measured) >= 1
+    assert all(f"{r.name}: ratio {r.acceptance_ratio:.4f}" in line for r, line in zip(measured, rungs, strict=True))
