@@ -23,6 +23,10 @@ class DeviceProfile:
     hbm_bytes_per_s: float     # peak HBM bandwidth, public spec sheet
     arch: str                  # gfx950, gfx942 (ROCm); sm_90, sm_100 (CUDA)
 
+    @property
+    def vendor(self) -> str:
+        return "rocm" if self.arch.startswith("gfx") else "cuda"
+
 
 DEVICE_PROFILES: dict[str, DeviceProfile] = {p.name: p for p in (
     DeviceProfile("mi355x", "AMD Instinct MI355X", 8.0e12, "gfx950"),
@@ -52,6 +56,14 @@ def profile_of(device_name: str, arch: str | None = None) -> DeviceProfile | Non
     return next((p for p in DEVICE_PROFILES.values() if p.arch == arch), None)
 
 
+def gpu_arch(props) -> str:
+    """The architecture of a GPU from torch's device properties: gfx950 on ROCm (its gcnArchName before the
+    feature flags), sm_90 on CUDA."""
+    import torch
+
+    return props.gcnArchName.split(":")[0] if torch.version.hip else f"sm_{props.major}{props.minor}"
+
+
 def current_profile() -> DeviceProfile:
     """The profile of this machine's first GPU; refused, naming the valid profiles, without one or for another."""
     import torch
@@ -60,7 +72,7 @@ def current_profile() -> DeviceProfile:
     if not torch.cuda.is_available():
         raise SchemeError(f"--device-profile {CURRENT}: this machine has no GPU; {choose}", field="device_profile")
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
-    arch = props.gcnArchName.split(":")[0] if torch.version.hip else f"sm_{props.major}{props.minor}"
+    arch = gpu_arch(props)
     profile = profile_of(props.name, arch)
     if profile is None:
         raise SchemeError(f"--device-profile {CURRENT}: {props.name} ({arch}) is none of the profiles; {choose}",

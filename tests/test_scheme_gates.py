@@ -42,17 +42,30 @@ def test_unset_gates_take_the_scheme_default_and_set_ones_win():
     assert Gates(min_weight_sqnr_db=25.0).resolve("w_mxfp4_a_fp8")[0].min_weight_sqnr_db == 25.0
 
 
-def _mx_config(weight: str, inputs: str, dynamic: bool) -> dict:
-    return {"global_quant_config": {"weight": {"dtype": weight}, "input_tensors": {"dtype": inputs,
-                                                                                   "is_dynamic": dynamic}}}
+def _mx(dtype: str, dynamic: bool) -> dict:
+    return {"dtype": dtype, "qscheme": "per_group", "ch_axis": -1, "group_size": 32, "scale_format": "e8m0",
+            "is_dynamic": dynamic}
+
+
+def _config(weight: dict, inputs: dict) -> dict:       # the global config Quark exports (test_mx_schemes.py)
+    return {"quant_method": "quark", "global_quant_config": {"weight": weight, "input_tensors": inputs}}
+
+
+FP8_TENSOR = {"dtype": "fp8_e4m3", "qscheme": "per_tensor", "is_dynamic": False, "symmetric": True}
+FP8_CHANNEL = {"dtype": "fp8_e4m3", "qscheme": "per_channel", "ch_axis": 0, "is_dynamic": False}
 
 
 def test_the_artifact_scheme_comes_from_the_manifest_else_the_config(tmp_path):
-    assert artifact_scheme(None, _mx_config("fp6_e3m2", "fp6_e3m2", True)) == "w_mxfp6_e3m2_a_mxfp6_e3m2"
-    assert artifact_scheme(None, _mx_config("fp4", "fp8_e4m3", False)) == "w_mxfp4_a_fp8"
-    assert artifact_scheme(None, _mx_config("fp8_e4m3", "fp8_e4m3", True)) is None      # FP8: FP8's gates
+    assert artifact_scheme(None, _config(_mx("fp6_e3m2", False), _mx("fp6_e3m2", True))) == \
+        "w_mxfp6_e3m2_a_mxfp6_e3m2"
+    assert artifact_scheme(None, _config(_mx("fp4", False), FP8_TENSOR)) == "w_mxfp4_a_fp8"
+    assert artifact_scheme(None, _config(_mx("fp8_e4m3", False), _mx("fp8_e4m3", True))) == "w_mxfp8_a_mxfp8"
+    ptpc = _config(FP8_CHANNEL, {**FP8_CHANNEL, "ch_axis": 1, "is_dynamic": True})
+    assert artifact_scheme(None, ptpc) == "ptpc_fp8" and gates_for_scheme("ptpc_fp8") is FP8_GATES
+    assert artifact_scheme(None, _config(_mx("fp4", False), {**FP8_TENSOR, "is_dynamic": True})) is None
+    assert artifact_scheme(None, {}) is None                                   # no scheme: FP8's gates
     write_manifest_naming(tmp_path, "w_mxfp4_a_mxfp4")
-    assert artifact_scheme(Manifest.read(tmp_path), {}) == "w_mxfp4_a_mxfp4"
+    assert artifact_scheme(Manifest.read(tmp_path), ptpc) == "w_mxfp4_a_mxfp4"
 
 
 def test_the_report_and_the_card_say_which_gates_applied(tmp_path):

@@ -21,14 +21,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from eagle3_quant.devices import DEVICE_PROFILES
 from eagle3_quant.schemes import SCHEMES, Scheme
 from eagle3_quant.validate.blas_log_lines import BENCH_SCALES, BENCH_TYPES, CUBLASLT_SCALES, CUBLASLT_TYPES
 from eagle3_quant.validate.gemm_forms import AMBIGUOUS, FP8_ELEMENTS, ExpectedGemm, scheme_gemm
 from eagle3_quant.validate.kernel_names import MX_SCALE_TYPES, TENSILE_ELEMENTS
 
-# the devices the check knows: vendor, and the registry's device profiles of that architecture
-DEVICES = {"gfx950": ("rocm", ("mi355x",)), "gfx942": ("rocm", ("mi300x",)), "sm_90": ("cuda", ("h100", "h200")),
-           "sm_100": ("cuda", ("b200",))}
+# the devices the check knows, by architecture: vendor, and the device profiles of that architecture
+DEVICES = {arch: (vendor, tuple(p.name for p in DEVICE_PROFILES.values() if p.arch == arch))
+           for arch, vendor in {p.arch: p.vendor for p in DEVICE_PROFILES.values()}.items()}
 VENDORS = {"rocm": "amd", "cuda": "nvidia"}      # schemes.Scheme.gemm's vendor keys
 SCALED_MM = "torch._scaled_mm"
 INT_MM = "torch._int_mm"

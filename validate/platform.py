@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import torch
 
+from eagle3_quant.devices import gpu_arch
+
 GPU_MODELS = {"gfx950": "MI355X", "gfx942": "MI300X"}
 
 
@@ -52,8 +54,5 @@ def detect_platform(device: str | None = None) -> Platform:
         return Platform("cpu", "cpu", "cpu", None, torch.__version__, None)
     index = wanted.index if wanted.index is not None else torch.cuda.current_device()
     props = torch.cuda.get_device_properties(index)
-    if torch.version.hip:
-        arch = props.gcnArchName.split(":")[0]
-        return Platform("rocm", f"cuda:{index}", props.name, arch, torch.__version__, torch.version.hip)
-    return Platform("cuda", f"cuda:{index}", props.name, f"sm_{props.major}{props.minor}", torch.__version__,
-                    torch.version.cuda)
+    kind, runtime = ("rocm", torch.version.hip) if torch.version.hip else ("cuda", torch.version.cuda)
+    return Platform(kind, f"cuda:{index}", props.name, gpu_arch(props), torch.__version__, runtime)
