@@ -32,6 +32,7 @@ from eagle3_quant.quantize.sensitivity import fp8_versions, in_dtype, linear_gro
 from eagle3_quant.quantize.vocab_prune import choose_vocab, current_target_ids
 from eagle3_quant.reading.draft import DraftCheckpoint
 from eagle3_quant.records.calibration import CalibrationSet
+from eagle3_quant.runtime import fp8
 from eagle3_quant.runtime.acceptance import (
     AcceptanceStats,
     Chains,
@@ -109,8 +110,7 @@ def _written_weight(weight: torch.Tensor, scheme: Scheme, twin: torch.nn.Module)
     """The weight as the artifact stores it, dequantized in fp32 (what `weight_sqnr` reads back from the file):
     FP8 as Quark writes it (a twin's per-tensor weights are requantized as vLLM fuses them), else the twin's own."""
     if not hasattr(twin, "dequantized_weight"):
-        quantized, scale = quark_weight(weight, scheme)
-        return quantized.float() * (scale.reshape(-1, 1) if scale.numel() > 1 else scale.reshape(()))
+        return fp8.dequantize(*quark_weight(weight, scheme))
     return twin.dequantized_weight(torch.float32)
 
 

@@ -120,7 +120,6 @@ def _attach_quantizers(draft, names: list[str], scheme) -> None:
 def awq_draft(draft_ckpt: DraftCheckpoint, calib_path: str | Path, plan: QuantPlan, steps: int,
               taps: tuple[int, ...] | None = None) -> tuple[dict[str, torch.Tensor], AwqRecord]:
     """(tensors of the AWQ-scaled and clipped BF16 draft, record)."""
-    from safetensors import safe_open
 
     from eagle3_quant.quantize.calibration import calibration_embedding, check_calibration
     from eagle3_quant.quantize.quark_import import import_quark
@@ -151,10 +150,7 @@ def awq_draft(draft_ckpt: DraftCheckpoint, calib_path: str | Path, plan: QuantPl
             linear.weight.mul_(scales[site.name][None, :])
             inputs[reader] = inputs[reader] / scales[site.name][None, :]
     clips = dict(processor._search_best_clip({n: _module(draft.layer, n) for n in names}, inputs))
-    tensors = {}
-    for name, info in draft_ckpt.checkpoint.tensors.items():
-        with safe_open(str(info.file), framework="pt") as fh:
-            tensors[name] = fh.get_tensor(name)
+    tensors = draft_ckpt.checkpoint.load_tensors()
     new = smoothed_tensors(tensors, prefix, draft, sites, scales)
     # the tensors holding the scales (as --smooth-alpha's); clipping below only bounds weights that are quantized
     folded = sorted(n for n in tensors if new[n] is not tensors[n] and not torch.equal(new[n], tensors[n]))

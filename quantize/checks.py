@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
 
 from eagle3_quant.errors import DraftFormatError
 from eagle3_quant.quantize.finite_scan import scan_source
@@ -28,8 +27,7 @@ def check_vocab_map(draft: DraftCheckpoint) -> None:
     info = draft.checkpoint.tensors.get("d2t")
     if info is None:
         return
-    with safe_open(str(info.file), framework="pt") as fh:
-        d2t = fh.get_tensor("d2t")
+    d2t = info.load()
     ids = torch.arange(d2t.numel(), dtype=torch.int64)
     vocab = draft.config.vocab_size
     bad = ((d2t < -ids) | (d2t >= vocab - ids)).nonzero().flatten()  # compared, never added: no overflow

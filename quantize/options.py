@@ -10,7 +10,7 @@ from eagle3_quant.engines.choice import check_named_engines
 from eagle3_quant.errors import OptionsError, SchemeError
 from eagle3_quant.options import DEVICE_HELP, check_device, check_fraction, check_positive, option
 from eagle3_quant.records.serve_taps import SERVE_TAPS
-from eagle3_quant.schemes import AUTO_ENGINE, DEFAULT_SCHEME, SERVING_CHOICES, get_scheme
+from eagle3_quant.schemes import AUTO_ENGINE, DEFAULT_SCHEME, DEVICE_PROFILE_NAMES, SERVING_CHOICES, get_scheme
 
 AUTO_SCHEME = "auto"             # --scheme auto: the cheapest candidate that keeps the acceptance gate
 ENGINES = SERVING_CHOICES
@@ -54,7 +54,7 @@ class QuantizeOptions:
         0.99, "--scheme auto: the gate, acceptance length candidate / BF16 draft on --calib, in (0, 1]: its 95% "
               "interval's lower bound must reach it, and the scheme's validate gates hold.")
     device_profile: str | None = option(
-        None, "--scheme auto: measure only the schemes this device runs natively (mi355x, mi300x, h200, h100, b200, "
+        None, f"--scheme auto: measure only the schemes this device runs natively ({', '.join(DEVICE_PROFILE_NAMES)}, "
               "or current: this machine's GPU); the table says why each other one is left out.", pipeline=False)
     measure_all: bool = option(False, "--scheme auto: measure every candidate (default: cheapest first, up to the "
                                       "first that keeps the gate).", pipeline=False)

@@ -158,7 +158,6 @@ def smoothed_tensors(tensors: dict[str, torch.Tensor], prefix: str, draft, sites
 def smooth_draft(draft_ckpt: DraftCheckpoint, calib_path: str | Path, alpha: float, quantized_roles: set[str],
                  steps: int, taps: tuple[int, ...] | None = None) -> tuple[dict[str, torch.Tensor], Smoothing]:
     """(tensors of the smoothed BF16 draft, record). `quantized_roles`: the planned FP8 roles (q_a_proj, ...)."""
-    from safetensors import safe_open
 
     from eagle3_quant.quantize.calibration import calibration_embedding, check_calibration
     from eagle3_quant.records.calibration import load_calibration
@@ -174,10 +173,7 @@ def smooth_draft(draft_ckpt: DraftCheckpoint, calib_path: str | Path, alpha: flo
               for s in sites}
     if "qkv" in scales and draft.layer.norm_before_residual:     # hidden_norm's output is the residual too
         scales["qkv"][draft.config.hidden_size:] = 1.0
-    tensors = {}
-    for name, info in draft_ckpt.checkpoint.tensors.items():
-        with safe_open(str(info.file), framework="pt") as fh:
-            tensors[name] = fh.get_tensor(name)
+    tensors = draft_ckpt.checkpoint.load_tensors()
     prefix = draft.spec.layer_prefix
     new = smoothed_tensors(tensors, prefix, draft, sites, scales)
     folded = sorted(n for n in tensors if new[n] is not tensors[n] and not torch.equal(new[n], tensors[n]))

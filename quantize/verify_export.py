@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
 
 from eagle3_quant.errors import QuantizationError
 from eagle3_quant.plan import QuantPlan
@@ -65,10 +64,6 @@ def _same_bytes_visitor(src: TensorInfo, src_begin: int, where: Path, name: str)
     return visit
 
 
-def _load(info: TensorInfo) -> torch.Tensor:
-    with safe_open(str(info.file), framework="pt") as fh:
-        return fh.get_tensor(info.name)
-
 
 def _check_scale(info: TensorInfo | None, name: str, shape: tuple[int, ...], where: Path) -> None:
     if info is None:
@@ -76,7 +71,7 @@ def _check_scale(info: TensorInfo | None, name: str, shape: tuple[int, ...], whe
     if info.dtype != "F32" or info.shape not in (shape, ()):
         raise QuantizationError(f"expected F32 {list(shape)}, got {info.dtype} {list(info.shape)}", path=where,
                                 tensor=name)
-    scale = _load(info)
+    scale = info.load()
     if not bool(torch.isfinite(scale).all()) or not bool((scale > 0).all()):
         raise QuantizationError("scale is not finite and positive everywhere", path=where, tensor=name)
 
@@ -87,7 +82,7 @@ def _check_e8m0(info: TensorInfo | None, name: str, shape: tuple[int, ...], wher
     if info.dtype != "U8" or info.shape != shape:
         raise QuantizationError(f"expected E8M0 scales U8 {list(shape)}, got {info.dtype} {list(info.shape)}",
                                 path=where, tensor=name)
-    if bool((_load(info) == 255).any()):   # 0xFF is E8M0's NaN
+    if bool((info.load() == 255).any()):   # 0xFF is E8M0's NaN
         raise QuantizationError("E8M0 scale holds NaN (0xFF)", path=where, tensor=name)
 
 
@@ -118,7 +113,7 @@ def _check_added_scales(written: dict[str, TensorInfo], names: set[str], where: 
         if info.dtype == "U8":
             _check_e8m0(info, name, info.shape, where)
             continue
-        scale = _load(info).to(torch.float32)
+        scale = info.load().to(torch.float32)
         floor_ok = (scale >= 0) if info.dtype == "F8_E4M3" else (scale > 0)
         if not bool(torch.isfinite(scale).all()) or not bool(floor_ok.all()):
             raise QuantizationError("scale is not finite and positive everywhere", path=where, tensor=name)

@@ -68,13 +68,11 @@ def target_token_counts(calib_path: str | Path, vocab: int) -> torch.Tensor:
 
 def current_target_ids(draft: DraftCheckpoint) -> torch.Tensor:
     """Target id of every current draft id (identity without d2t)."""
-    from safetensors import safe_open
 
     info = draft.checkpoint.tensors.get("d2t")
     if info is None:
         return torch.arange(draft.config.draft_vocab_size, dtype=torch.int64)
-    with safe_open(str(info.file), framework="pt") as fh:
-        d2t = fh.get_tensor("d2t").to(torch.int64)
+    d2t = info.load().to(torch.int64)
     return torch.arange(d2t.numel(), dtype=torch.int64) + d2t
 
 
@@ -95,16 +93,12 @@ def prune_vocab(draft: DraftCheckpoint, calib: str | Path, n: int) -> tuple[dict
     """(tensors, config, record) of the pruned BF16 draft."""
     import hashlib
 
-    from safetensors import safe_open
 
     counts = target_token_counts(calib, draft.config.vocab_size)
     current = current_target_ids(draft)
     keep = choose_vocab(current, counts, n)
     kept_targets = current[keep]
-    tensors: dict[str, torch.Tensor] = {}
-    for name, info in draft.checkpoint.tensors.items():
-        with safe_open(str(info.file), framework="pt") as fh:
-            tensors[name] = fh.get_tensor(name)
+    tensors = draft.checkpoint.load_tensors()
     tensors["lm_head.weight"] = tensors["lm_head.weight"][keep].contiguous()
     tensors["d2t"] = (kept_targets - torch.arange(n, dtype=torch.int64)).contiguous()
     t2d = torch.zeros(draft.config.vocab_size, dtype=torch.bool)

@@ -14,6 +14,7 @@ from eagle3_quant.quantize import checks
 from eagle3_quant.quantize.api import quantize_draft
 from eagle3_quant.quantize.checks import QUARK_BASE_BYTES, peak_memory_bytes
 from eagle3_quant.reading.draft import read_draft
+from eagle3_quant.reading.safetensors_header import TensorInfo
 from eagle3_quant.schemes import get_scheme
 from eagle3_quant.util import resources
 from eagle3_quant.util.outdir import is_disk_full, staged_output
@@ -50,7 +51,7 @@ def test_refused_before_any_tensor_is_read(tmp_path, monkeypatch):
     def no_reading(*args, **kwargs):
         raise AssertionError("a tensor was read before the resource check")
 
-    monkeypatch.setattr(checks, "safe_open", no_reading)
+    monkeypatch.setattr(TensorInfo, "load", no_reading)          # every tensor read goes through it
     monkeypatch.setattr(resources, "available_memory_bytes", lambda: 500 * 10**6)
     with pytest.raises(ResourceError, match=r"needs about 0\.60 GB of memory, 0\.50 GB available"):
         quantize_draft(src, tmp_path / "out", device="cpu")

@@ -23,8 +23,8 @@ import torch
 
 from eagle3_quant.reading.artifact import read_artifact
 from eagle3_quant.runtime import mx
-from eagle3_quant.runtime.nvfp4_linear import NVFP4_GROUP, quantize_nvfp4
-from eagle3_quant.validate.kernel_probe import NUMERICS_ROWS, activations, profiled, read_tensor, relative_error
+from eagle3_quant.runtime.nvfp4_linear import dequantize_nvfp4, quantize_nvfp4
+from eagle3_quant.validate.kernel_probe import NUMERICS_ROWS, activations, profiled, relative_error
 from eagle3_quant.validate.mx_kernel_probe import MX_TOLERANCE
 from eagle3_quant.validate.platform import Platform
 
@@ -57,7 +57,7 @@ def read_block_weights(out: Path, device: str) -> list[BlockWeight]:
     tensors = art.checkpoint.tensors
 
     def get(module: str, name: str) -> torch.Tensor:
-        return read_tensor(tensors[f"{module}.{name}"]).to(device)
+        return tensors[f"{module}.{name}"].load().to(device)
 
     weights = []
     for module, linear in sorted(art.quant_linears.items()):
@@ -85,10 +85,7 @@ def dequantize(w: BlockWeight, codes: torch.Tensor, scale: torch.Tensor, global_
     """float32 values of codes with their block scales (times NVFP4's global scale)."""
     if not w.nvfp4:
         return mx.dequantize_mx(codes, scale, w.element, torch.float32)
-    values = mx.unpack_e2m1(codes)
-    blocks = values.reshape(values.shape[0], -1, NVFP4_GROUP)
-    factor = scale.view(torch.float8_e4m3fn).to(torch.float32).unsqueeze(-1) * global_scale
-    return (blocks * factor).reshape(values.shape)
+    return dequantize_nvfp4(codes, scale.view(torch.float8_e4m3fn), global_scale)
 
 
 def to_blocked(scale: torch.Tensor) -> torch.Tensor:

@@ -19,7 +19,7 @@ import torch
 
 from eagle3_quant.reading.artifact import read_artifact
 from eagle3_quant.runtime.int_linear import Int8Linear, quantize_per_token_int8
-from eagle3_quant.validate.kernel_probe import NUMERICS_ROWS, activations, profiled, read_tensor, relative_error
+from eagle3_quant.validate.kernel_probe import NUMERICS_ROWS, activations, profiled, relative_error
 from eagle3_quant.validate.platform import Platform
 
 INT_MM_MIN_ROWS = 17
@@ -35,8 +35,8 @@ class Int8Weight:
 
 def read_int8_weights(out: Path, device: str) -> list[Int8Weight]:
     art = read_artifact(out)
-    return [Int8Weight(module, read_tensor(art.checkpoint.tensors[module + ".weight"]).to(device),
-                       read_tensor(art.checkpoint.tensors[module + ".weight_scale"]).to(device, torch.float32)
+    return [Int8Weight(module, art.checkpoint.tensors[module + ".weight"].load().to(device),
+                       art.checkpoint.tensors[module + ".weight_scale"].load().to(device, torch.float32)
                        .reshape(-1))
             for module, linear in sorted(art.quant_linears.items()) if linear.kind == "int8"]
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import torch
-from safetensors import safe_open
 
 from eagle3_quant.runtime.quant_linears import KIND_NAMES
 from eagle3_quant.validate.report import Check, failed, passed
@@ -20,13 +19,9 @@ SHOWN = 3
 CONFIG_DTYPES = {"int8": ("int8",), "int4": ("int4", "uint4"), "nvfp4": ("fp4",), "mxfp8": ("fp8_e4m3",)}
 
 
-def _load(info) -> torch.Tensor:
-    with safe_open(str(info.file), framework="pt") as fh:
-        return fh.get_tensor(info.name)
-
 
 def _scale_problem(name: str, info) -> str | None:
-    values = _load(info)
+    values = info.load()
     if info.dtype == "U8":
         return f"{name} holds the E8M0 NaN (0xFF)" if bool((values == 255).any()) else None
     values = values.to(torch.float32)

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
 
 from eagle3_quant.reading.artifact import read_artifact
 from eagle3_quant.reading.layout import FUSED_GROUPS, MLA_FUSED_GROUPS
@@ -46,21 +45,16 @@ class Fp8Weight:
         return fp8.quantize_static(x, self.input_scale * doubled, dtype)
 
 
-def read_tensor(info) -> torch.Tensor:
-    """One checkpoint tensor (a reading.checkpoint TensorInfo) from its file."""
-    with safe_open(str(info.file), framework="pt") as fh:
-        return fh.get_tensor(info.name)
-
 
 def read_fp8_weights(out: Path, device: str) -> list[Fp8Weight]:
     art = read_artifact(out)
     weights = []
     for module in art.fp8_modules:
         w_info = art.checkpoint.tensors[module + ".weight"]
-        weight = read_tensor(w_info).to(device)
-        scale = read_tensor(art.checkpoint.tensors[module + ".weight_scale"]).to(device, torch.float32).reshape(-1)
+        weight = w_info.load().to(device)
+        scale = art.checkpoint.tensors[module + ".weight_scale"].load().to(device, torch.float32).reshape(-1)
         i_info = art.checkpoint.tensors.get(module + ".input_scale")
-        input_scale = read_tensor(i_info).to(device, torch.float32).reshape(1) if i_info is not None else None
+        input_scale = i_info.load().to(device, torch.float32).reshape(1) if i_info is not None else None
         weights.append(Fp8Weight(module, art.role_of(module), weight, scale, input_scale))
     return weights
 

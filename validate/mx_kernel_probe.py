@@ -87,13 +87,13 @@ def native_mxfp4_numerics(out: Path, device: str) -> dict:
     from aiter.ops.triton.quant import dynamic_mxfp4_quant
 
     from eagle3_quant.reading.artifact import read_artifact
-    from eagle3_quant.validate.kernel_probe import activations, profiled, read_tensor, relative_error
+    from eagle3_quant.validate.kernel_probe import activations, profiled, relative_error
 
     art = read_artifact(out)
     rows, calls = [], []
     for i, module in enumerate(art.mx_modules):
-        weight = read_tensor(art.checkpoint.tensors[module + ".weight"]).to(device)
-        scale = read_tensor(art.checkpoint.tensors[module + ".weight_scale"]).to(device)
+        weight = art.checkpoint.tensors[module + ".weight"].load().to(device)
+        scale = art.checkpoint.tensors[module + ".weight_scale"].load().to(device)
         stored_scale = scale.T.contiguous()           # as AiterMxfp4LinearKernel.process_weights_after_loading
         for m in MX_GEMM_ROWS:
             x = activations(m, weight.shape[1] * 2, device, seed=1000 * i + m)

@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import torch
-from safetensors import safe_open
 
 from eagle3_quant.reading.mx_format import MX_BLOCK, element_bits_of
 from eagle3_quant.validate.report import Check, failed, passed
@@ -16,10 +15,6 @@ if TYPE_CHECKING:
 
 SHOWN = 3
 
-
-def _load(info) -> torch.Tensor:
-    with safe_open(str(info.file), framework="pt") as fh:
-        return fh.get_tensor(info.name)
 
 
 def check_mx_weights(art: Fp8Artifact) -> Check:
@@ -36,13 +31,13 @@ def check_mx_weights(art: Fp8Artifact) -> Check:
         widths.add(bits)
         if bits is None or scale.shape[0] != weight.shape[0]:
             problems.append(f"{scale.name} is {list(scale.shape)} for a packed weight {list(weight.shape)}")
-        elif bool((_load(scale) == 255).any()):
+        elif bool((scale.load() == 255).any()):
             problems.append(f"{scale.name} holds the E8M0 NaN (0xFF)")
         inp = tensors.get(module + ".input_scale")
         if static and inp is None:
             problems.append(f"{module}.input_scale is missing (static inputs; vLLM would load float32 min)")
         elif inp is not None:
-            values = _load(inp)
+            values = inp.load()
             if inp.dtype != "F32" or inp.numel != 1 or not bool(torch.isfinite(values).all() and (values > 0).all()):
                 problems.append(f"{inp.name} must be one finite positive F32 value")
     others = sorted(set(art.fp8_modules) - set(art.mx_modules))

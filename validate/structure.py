@@ -32,10 +32,6 @@ def _listed(problems: list[str]) -> str:
     return "; ".join(problems[:SHOWN]) + more
 
 
-def _load(info: TensorInfo) -> torch.Tensor:
-    with safe_open(str(info.file), framework="pt") as fh:
-        return fh.get_tensor(info.name)
-
 
 def check_fp8_weights(art: Fp8Artifact) -> Check:
     if art.mx_modules:
@@ -57,13 +53,13 @@ def check_fp8_weights(art: Fp8Artifact) -> Check:
         elif scale.dtype != "F32" or scale.shape not in want:
             problems.append(f"{scale.name} is {scale.dtype} {list(scale.shape)}, expected F32 {list(want[0])}")
         else:
-            values = _load(scale)
+            values = scale.load()
             if not bool(torch.isfinite(values).all() and (values > 0).all()):
                 problems.append(f"{scale.name} holds {int((~(torch.isfinite(values) & (values > 0))).sum())} "
                                 "non-finite or non-positive value(s)")
         inp = tensors.get(module + ".input_scale")
         if inp is not None:
-            values = _load(inp)
+            values = inp.load()
             if inp.dtype != "F32" or inp.numel != 1 or not bool(torch.isfinite(values).all() and (values > 0).all()):
                 problems.append(f"{inp.name} must be one finite positive F32 value")
     orphans = sorted(n for n in tensors if n.rsplit(".", 1)[-1] in WRITTEN_SCALE_SUFFIXES

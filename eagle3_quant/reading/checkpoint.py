@@ -26,6 +26,10 @@ class Checkpoint:
     def total_bytes(self) -> int:
         return sum(t.nbytes for t in self.tensors.values())
 
+    def load_tensors(self) -> dict:
+        """Every tensor, by name, read from its file."""
+        return {name: info.load() for name, info in self.tensors.items()}
+
 
 def read_checkpoint(root: Path) -> Checkpoint:
     """Read every header of the folder's safetensors weights and check their consistency."""

@@ -46,6 +46,13 @@ class TensorInfo:
     def nbytes(self) -> int:
         return self.data_offsets[1] - self.data_offsets[0]
 
+    def load(self):
+        """The tensor itself (a torch.Tensor), read from its file."""
+        from safetensors import safe_open
+
+        with safe_open(str(self.file), framework="pt") as fh:
+            return fh.get_tensor(self.name)
+
 
 @dataclass(frozen=True)
 class SafetensorsHeader:

@@ -61,6 +61,15 @@ def quant_dequant_nvfp4(x: torch.Tensor, global_inv: torch.Tensor) -> torch.Tens
     return (blocks * (scale.unsqueeze(-1) / global_inv)).reshape(rows, cols).to(x.dtype)
 
 
+def dequantize_nvfp4(packed: torch.Tensor, scale: torch.Tensor, global_scale: torch.Tensor | float,
+                     dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """vLLM's dequantize_to_dtype: packed E2M1 [N, K / 2] values * (FP8 E4M3 scale per 16 * global scale) in fp32,
+    then `dtype`."""
+    values = unpack_e2m1(packed).reshape(packed.shape[0], -1, NVFP4_GROUP)
+    factor = scale.to(torch.float32) * global_scale
+    return (values * factor.unsqueeze(-1)).reshape(packed.shape[0], -1).to(dtype)
+
+
 class NvFp4Linear(nn.Module):
     def __init__(self, weight: torch.Tensor, weight_scale: torch.Tensor, weight_scale_2: torch.Tensor,
                  input_scale_2: torch.Tensor, bias: torch.Tensor | None = None) -> None:
@@ -91,10 +100,7 @@ class NvFp4Linear(nn.Module):
         return f"{self.in_features} -> {self.out_features}, NVFP4 weight and input (groups of {NVFP4_GROUP})"
 
     def dequantized_weight(self, dtype: torch.dtype) -> torch.Tensor:
-        """vLLM's dequantize_to_dtype: E2M1 value * (FP8 scale * global scale) in fp32, then `dtype`."""
-        values = unpack_e2m1(self.weight).reshape(self.out_features, -1, NVFP4_GROUP)
-        scale = self.weight_scale.to(torch.float32) * self.weight_global
-        return (values * scale.unsqueeze(-1)).reshape(self.out_features, -1).to(dtype)
+        return dequantize_nvfp4(self.weight, self.weight_scale, self.weight_global, dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         lead = x.shape[:-1]

@@ -7,23 +7,18 @@ from __future__ import annotations
 import math
 
 import torch
-from safetensors import safe_open
 
 from eagle3_quant.reading.artifact import Fp8Artifact
 from eagle3_quant.reading.draft import DraftCheckpoint
 from eagle3_quant.reading.mx_layout import mx_unpacked_shape
+from eagle3_quant.runtime import fp8
 from eagle3_quant.runtime.mx import dequantize_mx
-
-
-def _tensor(info) -> torch.Tensor:
-    with safe_open(str(info.file), framework="pt") as fh:
-        return fh.get_tensor(info.name)
 
 
 def _dequantized(art: Fp8Artifact, module: str, linear) -> torch.Tensor:
     from eagle3_quant.runtime.quant_linears import build_linear
 
-    state = {name: _tensor(art.checkpoint.tensors[name]) for name in (module + ".weight", *linear.tensors)}
+    state = {name: art.checkpoint.tensors[name].load() for name in (module + ".weight", *linear.tensors)}
     return build_linear(linear, module, state, None).dequantized_weight(torch.float32)
 
 
@@ -51,12 +46,10 @@ def weight_sqnr(art: Fp8Artifact, reference: DraftCheckpoint) -> list[dict]:
         if linear is not None:      # INT8, INT4, NVFP4, MXFP8: dequantized as the runtime (and vLLM) does
             dequantized = _dequantized(art, module, linear)
         elif module in art.mx_modules:
-            dequantized = dequantize_mx(_tensor(info), _tensor(art.checkpoint.tensors[module + ".weight_scale"]),
+            dequantized = dequantize_mx(info.load(), art.checkpoint.tensors[module + ".weight_scale"].load(),
                                         art.mx_element, torch.float32)
         else:
-            weight = _tensor(info).to(torch.float32)
-            scale = _tensor(art.checkpoint.tensors[module + ".weight_scale"]).to(torch.float32)
-            dequantized = weight * (scale.reshape(-1, 1) if scale.numel() > 1 else scale.reshape(()))
+            dequantized = fp8.dequantize(info.load(), art.checkpoint.tensors[module + ".weight_scale"].load())
         layers.append({"module": module, "role": art.role_of(module), "shape": list(ref_info.shape),
-                       "sqnr_db": sqnr_db(_tensor(ref_info), dequantized)})
+                       "sqnr_db": sqnr_db(ref_info.load(), dequantized)})
     return layers
