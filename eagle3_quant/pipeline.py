@@ -20,6 +20,7 @@ from eagle3_quant.pipeline_spec import (
     PipelineSpec,
     bench_options,
     calibrate_options,
+    gguf_options,
     import_options,
     load_pipeline,
     push_options,
@@ -34,6 +35,11 @@ from eagle3_quant.util.formatting import ratio_interval
 from eagle3_quant.util.progress import SILENT, Progress
 
 STAGES = ("calibrate", "quantize", "validate", "bench", "push")
+GGUF_STAGE = "gguf"          # a sixth stage when the file's gguf section is enabled
+
+
+def stages_of(spec: PipelineSpec) -> tuple[str, ...]:
+    return (*STAGES, GGUF_STAGE) if spec.gguf.enabled else STAGES
 
 
 @dataclass(frozen=True)
@@ -211,7 +217,7 @@ def run_validate(spec: PipelineSpec, why: str, progress: Progress) -> str:
     calib = spec.calib if (spec.calib / INDEX_NAME).is_file() else None
     # a Hub source: validate_draft finds the downloaded BF16 folder through the manifest itself
     reference = None if _is_hub_id(spec.source) else spec.source
-    validate_draft(spec.out, validate_options(spec, reference=reference, calib=calib))
+    validate_draft(spec.out, validate_options(spec, reference=reference, calib=calib), progress=progress)
     report = read_validation(spec.out)
     if not report.passed:
         raise _Skip("failed", report.problem)
@@ -279,10 +285,70 @@ def _push_detail(result: Any) -> str:
     return f"unchanged: {result.repo_url} already at {result.head[:12]}; no commit"
 
 
+def judge_gguf(spec: PipelineSpec, fresh: bool = False) -> str:
+    """Why the gguf stage runs; raises _Skip when the workdir's GGUF is this type, made from this draft, unchanged,
+    and measured as the section asks (validated on the workdir's set, benched against bench_target)."""
+    from eagle3_quant.records.evidence import check_integrity, manifest_digests
+    from eagle3_quant.records.llamacpp_bench import measured_llamacpp
+    from eagle3_quant.records.validation_report import read_validation
+
+    g, out = spec.gguf, spec.gguf_out
+    if fresh and g.from_artifact:
+        return "the artifact it is made from is made in this run"
+    if not (out / MANIFEST_NAME).is_file():
+        return f"no GGUF draft in {out}"
+    try:
+        manifest = Manifest.read(out)
+        check_integrity(out, manifest, ManifestError)
+    except ManifestError as exc:
+        return f"replaced: {exc.message}"
+    record = manifest.gguf
+    if record is None or record.type != g.type:
+        return f"replaced: it is {record.label if record else 'no GGUF'}, not {g.type}"
+    files = manifest_digests(manifest)
+    if (spec.calib / INDEX_NAME).is_file() and not read_validation(out, files).passed:
+        return "not validated on the workdir's calibration set"
+    if g.bench_target and measured_llamacpp(out, files) is None:
+        return "not benched in llama.cpp"
+    raise _Skip("skipped", f"present: {out} ({record.label}) matches its manifest and was measured")
+
+
+def run_gguf(spec: PipelineSpec, why: str, progress: Progress) -> str:
+    from eagle3_quant.bench.llamacpp_api import bench_gguf
+    from eagle3_quant.bench.llamacpp_options import LlamaCppBenchOptions
+    from eagle3_quant.quantize.gguf_api import gguf_draft
+    from eagle3_quant.validate.api import validate_draft
+
+    g, out = spec.gguf, spec.gguf_out
+    made = gguf_draft(spec.out if g.from_artifact else spec.source, out, gguf_options(spec, force=True),
+                      progress=progress)
+    done = [f"{made.record.label} GGUF in {out}"]
+    if (spec.calib / INDEX_NAME).is_file():
+        reference = None if _is_hub_id(spec.source) else spec.source
+        report = validate_draft(out, validate_options(spec, reference=reference, calib=spec.calib))
+        if not report.passed:
+            raise _Skip("failed", f"{made.record.label} GGUF: validation failed: "
+                                  f"{', '.join(c.name for c in report.failed_checks)}")
+        done.append("validated")
+    if g.bench_target:
+        prompts = bench_options(spec).prompts
+        result = bench_gguf(out, LlamaCppBenchOptions(target=g.bench_target, prompts=prompts,
+                                                      num_prompts=spec.bench.num_prompts,
+                                                      max_tokens=spec.bench.max_tokens, k=spec.bench.k,
+                                                      seed=spec.bench.seed), progress=progress)
+        done.append(f"llama.cpp: {result.record.verdict}")
+    if g.repo_id:
+        from eagle3_quant.export.push import push_draft
+
+        options = push_options(spec, pipeline=Path(spec.path).name if spec.path else None)
+        done.append(_push_detail(push_draft(out, g.repo_id, options)))
+    return "; ".join(done)
+
+
 JUDGES = {"calibrate": judge_calibrate, "quantize": judge_quantize, "validate": judge_validate, "bench": judge_bench,
-          "push": judge_push}
+          "push": judge_push, GGUF_STAGE: judge_gguf}
 RUNNERS = {"calibrate": run_calibrate, "quantize": run_quantize, "validate": run_validate, "bench": run_bench,
-           "push": run_push}
+           "push": run_push, GGUF_STAGE: run_gguf}
 
 
 def _spec(pipeline: str | Path | PipelineSpec, overrides: list[Override] | None) -> PipelineSpec:
@@ -307,15 +373,16 @@ def run_pipeline(pipeline: str | Path | PipelineSpec, overrides: list[Override] 
     outcomes: list[StageOutcome] = []
     pushed = None
     blocked = None
-    for n, name in enumerate(STAGES, 1):
+    stages = stages_of(spec)
+    for n, name in enumerate(stages, 1):
         if blocked and not (name == "push" and not spec.push.enabled):
             outcomes.append(StageOutcome(name, "not run", 0.0, f"stopped after {blocked}"))
-            progress.say(f"[{n}/{len(STAGES)}] {name}: not run (stopped after {blocked})")
+            progress.say(f"[{n}/{len(stages)}] {name}: not run (stopped after {blocked})")
             continue
         started = time.perf_counter()
         try:
             why = JUDGES[name](spec)
-            progress.say(f"[{n}/{len(STAGES)}] {name}: runs ({why})")
+            progress.say(f"[{n}/{len(stages)}] {name}: runs ({why})")
             value = RUNNERS[name](spec, why, progress)
             if name == "push":
                 pushed, value = value, _push_detail(value)
@@ -327,7 +394,7 @@ def run_pipeline(pipeline: str | Path | PipelineSpec, overrides: list[Override] 
         seconds = time.perf_counter() - started
         outcomes.append(StageOutcome(name, status, seconds, detail))
         took = f" in {seconds:.1f} s" if status in ("ran", "failed") else ""
-        progress.say(f"[{n}/{len(STAGES)}] {name}: {status}{took}: {detail}")
+        progress.say(f"[{n}/{len(stages)}] {name}: {status}{took}: {detail}")
         unvalidated = name == "validate" and status == "failed"
         must_stop = (status == "failed" or unvalidated) and not (unvalidated and spec.push.allow_unvalidated)
         if must_stop:
@@ -343,7 +410,7 @@ def plan_pipeline(pipeline: str | Path | PipelineSpec, overrides: list[Override]
     outcomes: list[StageOutcome] = []
     pushed = blocked = None
     fresh = calib_coming = False       # quantize / calibrate would make their output in this run
-    for name in STAGES:
+    for name in stages_of(spec):
         if blocked and not (name == "push" and not spec.push.enabled):
             outcomes.append(StageOutcome(name, "not run", 0.0, f"stopped after {blocked}"))
             continue

@@ -17,6 +17,7 @@ from eagle3_quant.bench.options import BenchOptions
 from eagle3_quant.calib.options import CalibrationOptions, ImportOptions
 from eagle3_quant.errors import Eagle3QuantError, PipelineSpecError, one_line
 from eagle3_quant.export.options import PushOptions
+from eagle3_quant.quantize.gguf_options import GgufOptions
 from eagle3_quant.quantize.options import AUTO_SCHEME, QuantizeOptions
 from eagle3_quant.reading.limits import MAX_YAML_BYTES, load_yaml_text, read_limited_text
 from eagle3_quant.reading.repo_ids import repo_id_problem
@@ -54,12 +55,17 @@ QuantizeSpec = _section("QuantizeSpec", QuantizeOptions, [])
 ValidateSpec = _section("ValidateSpec", ValidateOptions, [("enabled", bool, True)])
 BenchSpec = _section("BenchSpec", BenchOptions, [("enabled", bool, True)])
 PushSpec = _section("PushSpec", PushOptions, [("repo_id", str | None, None), ("enabled", bool, True)])
+# a GGUF draft for llama.cpp beside the artifact (off by default): made, validated, benched when bench_target names a
+# GGUF target, pushed when repo_id is set
+GgufSpec = _section("GgufSpec", GgufOptions, [("enabled", bool, False), ("from_artifact", bool, False),
+                                             ("bench_target", str | None, None), ("repo_id", str | None, None)])
+STAGE_KEYS = ("data", "from_dump", "enabled", "repo_id", "from_artifact", "bench_target")
 
 
 def section_values(section: Any) -> dict[str, Any]:
-    """A section's fields that belong to its stage's options (without `data`, `enabled`, `repo_id`)."""
+    """A section's fields that belong to its stage's options (without `data`, `enabled`, `repo_id`, ...)."""
     return {f.name: getattr(section, f.name) for f in dataclasses.fields(section)
-            if f.name not in ("data", "from_dump", "enabled", "repo_id", *IMPORT_FIELDS)}
+            if f.name not in (*STAGE_KEYS, *IMPORT_FIELDS)}
 
 
 @dataclass(frozen=True)
@@ -76,11 +82,16 @@ class PipelineSpec:
     validate: ValidateSpec = field(default_factory=ValidateSpec)
     bench: BenchSpec = field(default_factory=BenchSpec)
     push: PushSpec = field(default_factory=PushSpec)
+    gguf: GgufSpec = field(default_factory=GgufSpec)
     path: str | None = field(default=None, metadata={"internal": True})   # the file it was read from
 
     @property
     def out(self) -> Path:
         return Path(self.workdir) / "draft-fp8"
+
+    @property
+    def gguf_out(self) -> Path:
+        return Path(self.workdir) / "draft-gguf"
 
     @property
     def calib(self) -> Path:
@@ -216,6 +227,13 @@ def _check(spec: PipelineSpec, file: str | None) -> PipelineSpec:
         if spec.push.repo_id.split("/")[0] in PLACEHOLDER_OWNERS:
             raise PipelineSpecError(f"{spec.push.repo_id!r} is a placeholder: pass --repo-id with your user or "
                                     "organisation, or --no-push", path=file, field="push.repo_id")
+        for key in ("target", "base_model"):      # the card names them by Hub id: judged now, not after the run
+            value = getattr(spec.push, key)
+            if value is not None and repo_id_problem(value):
+                raise PipelineSpecError(f"{value!r} is {repo_id_problem(value)}: the card names the {key} by its Hub "
+                                        "id", path=file, field=f"push.{key}")
+    if spec.gguf.enabled:
+        _check_gguf(spec, has_calib, file)
     for name in ("source", "target"):
         value = getattr(spec, name)
         if value is not None and not _is_local(value) and repo_id_problem(value):
@@ -236,6 +254,31 @@ def _check(spec: PipelineSpec, file: str | None) -> PipelineSpec:
             where = f"{section}.{exc.field}" if exc.field else section
             raise PipelineSpecError(exc.message, path=file, field=where) from None
     return spec
+
+
+def _check_gguf(spec: PipelineSpec, has_calib: bool, file: str | None) -> None:
+    g = spec.gguf
+    if not spec.target:
+        raise PipelineSpecError("llama.cpp's converter takes the target's tokenizer and config: name it", path=file,
+                                field="target")
+    if g.draft_vocab is not None and not has_calib:
+        raise PipelineSpecError("draft_vocab ranks the target's own next tokens in calibration data: set "
+                                "calibrate.data", path=file, field="gguf.draft_vocab")
+    if g.repo_id is not None and repo_id_problem(g.repo_id):
+        raise PipelineSpecError(f"{g.repo_id!r} is {repo_id_problem(g.repo_id)}", path=file, field="gguf.repo_id")
+    if g.bench_target is not None and not Path(g.bench_target).expanduser().is_file():
+        raise PipelineSpecError(f"{g.bench_target!r} is no GGUF file", path=file, field="gguf.bench_target")
+    try:
+        gguf_options(spec)
+    except Eagle3QuantError as exc:
+        raise PipelineSpecError(exc.message, path=file, field=f"gguf.{exc.field}" if exc.field else "gguf") from None
+
+
+def gguf_options(spec: PipelineSpec, **runtime: Any) -> GgufOptions:
+    """The gguf stage's options: the pipeline's target; the workdir's set for draft_vocab."""
+    values = section_values(spec.gguf)
+    return GgufOptions(**values, target=spec.target, calib=spec.calib if values["draft_vocab"] else None,
+                       **runtime)
 
 
 def _needs_calibration(spec: PipelineSpec) -> bool:

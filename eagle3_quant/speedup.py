@@ -7,7 +7,8 @@ report's ``per_position_acceptance_*`` already holds the products (the share of 
 all accepted, vLLM's per-position counters), so ``E = 1 + sum(per_position[:k])``.
 
 Without speculation the target spends one forward per token; ``--verify-ms`` is the time of one target forward,
-taken to be the same for a verification of k+1 tokens (memory-bound decode). So::
+taken to be the same for a verification of k+1 tokens (memory-bound decode); where the two differ (llama.cpp on a
+CPU, `estimate_gguf`), one token costs ``token_ms`` and the speedup is ``E * token_ms / cycle``. So::
 
     cycle = draft_ms + verify_ms;  verify share = verify_ms / cycle
     speedup over no speculation = E * verify_ms / cycle
@@ -116,10 +117,12 @@ def _batch1_timing(kernel: Any) -> tuple[float | None, float | None, str | None]
     return fp8, bf16, str(kernel.get("device") or "") or None
 
 
-def cycle_speedup(tokens: float, verify_ms: float, draft_ms: float) -> tuple[float, float, float]:
-    """(cycle ms, verify share of the cycle, speedup over one target forward per token)."""
+def cycle_speedup(tokens: float, verify_ms: float, draft_ms: float, token_ms: float | None = None
+                  ) -> tuple[float, float, float]:
+    """(cycle ms, verify share of the cycle, speedup over one target forward per token); `token_ms`: one target
+    forward of one token when it costs less than the verify of k + 1 (a CPU's compute-bound batches)."""
     cycle = draft_ms + verify_ms
-    return cycle, verify_ms / cycle, tokens * verify_ms / cycle
+    return cycle, verify_ms / cycle, tokens * (token_ms if token_ms is not None else verify_ms) / cycle
 
 
 def draft_side_ms(cost: DraftCost | None, profile: DeviceProfile | None, k: int, *, given_ms: float | None,
@@ -205,6 +208,64 @@ def estimate_draft(out: str | Path, verify_ms: float, *, validation: str | Path 
     result = estimate_speedup(acceptance, verify_ms, k=k, draft_ms=draft_ms, cost=cost, profile=profile,
                               source=report.name)
     result = replace(result, artifact_files=artifact, validation_sha256=acceptance.sha256)
+    if write:
+        result.write(out)
+    return result
+
+
+def estimate_gguf(out: str | Path, *, validation: str | Path | None = None, k: int | None = None,
+                  write: bool = False) -> SpeedupEstimate:
+    """A GGUF draft's speedup from validate's offline acceptance (llama.cpp's arithmetic) and the step costs llama.cpp
+    measured in OUT/bench.json (llama-bench's verify batch and token, the draft's drafting timer), beside the
+    decoding speedup llama.cpp measured; with write=True, OUT/speedup_estimate.json."""
+    from eagle3_quant.errors import BenchRecordError
+    from eagle3_quant.records.bench_run import BENCH_NAME
+    from eagle3_quant.records.gguf_artifact import open_gguf_artifact
+    from eagle3_quant.records.llamacpp_bench import LlamaCppBenchRun
+
+    out = Path(out)
+    artifact = open_gguf_artifact(out, EstimateInputError)
+    report = Path(validation) if validation is not None else out / REPORT_NAME
+    acceptance = read_report_acceptance(report, artifact.files)
+    try:
+        bench = LlamaCppBenchRun.read(out)
+    except BenchRecordError as exc:
+        raise EstimateInputError(exc.message, path=exc.path, field=exc.field,
+                                 hint="run `eagle3-quant bench OUT --engine llamacpp` first") from None
+    if not bench.measured(artifact.files):
+        raise EstimateInputError(f"{BENCH_NAME} measured other files than OUT's", path=out / BENCH_NAME,
+                                 field="artifact_files", hint="bench again")
+    part = bench.breakdown[0]
+    step, reference = part.drafts["artifact"], part.drafts["reference"]
+    if step.draft_ms is None:
+        raise EstimateInputError("llama.cpp reported no drafting time", path=out / BENCH_NAME,
+                                 field="breakdown.drafts.artifact.draft_ms")
+    k = k or bench.k
+    tokens = tokens_per_round(acceptance.per_position, k)
+    token_ms = part.llama_bench.token_ms
+    cycle, share, speedup = cycle_speedup(tokens, step.verify_ms, step.draft_ms, token_ms)
+    tokens_bf16 = tokens_per_round(acceptance.per_position_bf16, k) \
+        if acceptance.per_position_bf16 and len(acceptance.per_position_bf16) >= k else None
+    vs_bf16 = None
+    if tokens_bf16 is not None and reference.draft_ms is not None:
+        vs_bf16 = speedup / cycle_speedup(tokens_bf16, step.verify_ms, reference.draft_ms, token_ms)[2]
+    one = bench.speed_at(1)
+    measured = None
+    if one is not None:
+        decode = one.decode_speedup.artifact
+        measured = {"speedup": decode.ratio, "interval": [decode.low, decode.high],
+                    "what": f"llama.cpp's decoding speedup over no draft at one slot ({BENCH_NAME})",
+                    "inside_interval": decode.low <= speedup <= decode.high}
+    result = SpeedupEstimate(
+        k=k, tokens_per_round=tokens, tokens_per_round_bf16=tokens_bf16, verify_ms=step.verify_ms,
+        draft_ms=step.draft_ms, draft_ms_source=f"llama.cpp's drafting timer ({BENCH_NAME}; the draft's pass over "
+                                                "the verified batch is not in it)", draft_ms_bf16=reference.draft_ms,
+        device_profile=f"llama.cpp {bench.engine.get('build_info')} on {bench.engine.get('device')}",
+        cycle_ms=cycle, verify_share=share, speedup_vs_no_spec=speedup, speedup_vs_bf16_draft=vs_bf16,
+        acceptance_source=f"{report.name}: {acceptance.drafts or '?'} chains, per-position "
+                          + ", ".join(f"{r:.3f}" for r in acceptance.per_position[:k]),
+        artifact_files=dict(artifact.files), validation_sha256=acceptance.sha256, token_ms=token_ms,
+        measured=measured)
     if write:
         result.write(out)
     return result

@@ -25,17 +25,16 @@ from eagle3_quant.records.evidence import CARD_NAME, check_integrity, manifest_d
 from eagle3_quant.records.manifest import LayerRecord, Manifest, SourceRecord
 from eagle3_quant.records.public_names import public_argv
 from eagle3_quant.records.validation_report import (
-    REPORT_NAME,
     ValidationSummary,
     acceptance_measurements,
     read_validation,
 )
-from eagle3_quant.schemes import SCHEMES
+from eagle3_quant.schemes import SCHEMES, amd_gemm, precision_label, precision_words
 from eagle3_quant.util.formatting import NOT_MEASURED, number
 from eagle3_quant.util.hashing import sha256_file
 
 TEMPLATE_PATH = Path(__file__).with_name("card_template.md")
-BASE_TAGS = ("eagle3", "speculative-decoding", "draft-model", "fp8", "amd-quark")
+BASE_TAGS = ("eagle3", "speculative-decoding", "draft-model")
 LIBRARY_NAME = "vllm"
 DEFAULT_ROLES_KEPT = frozenset({"fc", "lm_head"})
 
@@ -69,7 +68,7 @@ def _config_verifier(out: Path, config: dict | None = None) -> str | None:
     return name if isinstance(name, str) else None
 
 
-def _metric_rows(validation: ValidationSummary) -> list[tuple[str, str]]:
+def _metric_rows(validation: ValidationSummary, label: str) -> list[tuple[str, str]]:
     m = validation.metrics
     kernel = validation.kernel
     if kernel.get("status"):
@@ -81,23 +80,14 @@ def _metric_rows(validation: ValidationSummary) -> list[tuple[str, str]]:
         kernel_text = NOT_MEASURED
     return [
         ("acceptance length, BF16 draft", number(m.acceptance_length_bf16, ".3f", NOT_MEASURED)),
-        ("acceptance length, FP8 draft", number(m.acceptance_length_fp8, ".3f", NOT_MEASURED)),
-        ("acceptance ratio FP8 / BF16", number(m.acceptance_ratio, ".4f", NOT_MEASURED)),
+        (f"acceptance length, {label} draft", number(m.acceptance_length_fp8, ".3f", NOT_MEASURED)),
+        (f"acceptance ratio {label} / BF16", number(m.acceptance_ratio, ".4f", NOT_MEASURED)),
         ("acceptance predicted with", validation.prediction or NOT_MEASURED),
-        ("top-1 agreement FP8 vs BF16", number(m.top1_agreement, ".4f", NOT_MEASURED)),
-        ("logit KL (BF16 to FP8)", number(m.kl, ".3g", NOT_MEASURED)),
-        ("FP8 kernel check", kernel_text),
+        (f"top-1 agreement {label} vs BF16", number(m.top1_agreement, ".4f", NOT_MEASURED)),
+        (f"logit KL (BF16 to {label})", number(m.kl, ".3g", NOT_MEASURED)),
+        (f"{label} kernel check", kernel_text),
         ("validation gates", validation.gates or NOT_MEASURED),
     ]
-
-
-def _headline(validation: ValidationSummary) -> str:
-    if validation.state == "passed":
-        return f"`eagle3-quant validate` passed; the full report is `{REPORT_NAME}` in this repository."
-    if validation.state == "failed":
-        return f"**Validation FAILED** ({validation.problem}). Published on request (`--allow-unvalidated`)."
-    return ("**Not validated**: published without a passing validation report (`--allow-unvalidated`): "
-            f"{validation.problem}.")
 
 
 def _engines_text(manifest: Manifest) -> str:
@@ -134,7 +124,7 @@ def _reproduce(source: SourceRecord, base_model: str, scheme: str, layers: list[
             f"eagle3-quant push OUT --repo-id {repo_id}"]
 
 
-def _calibration_text(manifest: Manifest) -> str:
+def _calibration_text(manifest: Manifest, label: str) -> str:
     calib, gptq = manifest.calibration, manifest.gptq
     if calib and calib.get("samples"):
         text = (f"{calib['samples']} samples, {calib.get('tokens', '?')} draft positions over "
@@ -144,7 +134,7 @@ def _calibration_text(manifest: Manifest) -> str:
     else:
         return "none: no data needed (weight scales from the weights, activation scales per token at run time)"
     if gptq:
-        text += (f"; GPTQ rounding (Quark's) of the FP8 weights on {gptq.get('samples', '?')} samples, "
+        text += (f"; GPTQ rounding (Quark's) of the {label} weights on {gptq.get('samples', '?')} samples, "
                  f"{gptq.get('positions', '?')} draft positions x {gptq.get('steps', '?')} draft steps")
     return text
 
@@ -173,6 +163,12 @@ def build_card(out: str | Path, repo_id: str | None = None, *, target: str | Non
         check_integrity(out, manifest, PublishError)
     digests = manifest_digests(manifest)
     validation = validation or read_validation(out, digests)
+    if manifest.gguf is not None:
+        from eagle3_quant.export.card_gguf import build_gguf_card
+
+        text, metadata, found = build_gguf_card(out, manifest, validation, digests, repo_id, target, base_model,
+                                                not acceptance_measurements(out, validation, digests))
+        return DraftCard(text, metadata, found.repo_id, found.base_model, found.target, validation)
     names = card_names(out, manifest, validation, _config_verifier(out, config), repo_id, target, base_model)
     repo_id, target, base_model = names.repo_id, names.target, names.base_model
     source, scheme = manifest.source, manifest.scheme
@@ -180,8 +176,9 @@ def build_card(out: str | Path, repo_id: str | None = None, *, target: str | Non
     license_info = source.card
     if license_info is None and source.path and Path(source.path).is_absolute() and Path(source.path).is_dir():
         license_info = source_card_info(source.path)  # manifests written before licenses were recorded
+    label = precision_label(scheme.name)
     card_data = ModelCardData(base_model=base_model, base_model_relation="quantized", library_name=LIBRARY_NAME,
-                              tags=[*BASE_TAGS, scheme.name], **(license_info or {}))
+                              tags=[*BASE_TAGS, label.lower(), "amd-quark", scheme.name], **(license_info or {}))
     layers = manifest.layers
     quantized = [d for d in layers if d.quantized]
     kept = [d for d in layers if not d.quantized]
@@ -203,7 +200,8 @@ def build_card(out: str | Path, repo_id: str | None = None, *, target: str | Non
         tools=", ".join(f"{k} {versions[k]}" for k in ("eagle3-quant", "amd-quark", "torch", "transformers",
                                                         "huggingface_hub") if k in versions),
         layers=layers, fc_quantized=any(d.role == "fc" for d in quantized),
-        validation_headline=_headline(validation), metric_rows=_metric_rows(validation),
+        validation_headline=validation.headline, metric_rows=_metric_rows(validation, label),
+        label=label, precision=precision_words(scheme.name), amd_gemm=amd_gemm(scheme.name),
         estimate_rows=estimate_rows(out, digests, report_sha256, validation.metrics.per_position_acceptance_fp8),
         engine_rows=engine_rows(validation.engine_run),
         vocab_text=vocab_text(manifest.vocab_pruning),
@@ -217,7 +215,7 @@ def build_card(out: str | Path, repo_id: str | None = None, *, target: str | Non
                              (manifest.vocab_pruning or {}).get("draft_vocab"), manifest.gptq is not None,
                              manifest.serve_taps, manifest.engines.requested if manifest.engines else None),
         recorded_command=_recorded_command(manifest.command), device=manifest.device,
-        outputs=manifest.outputs, inputs=manifest.inputs, calibration_text=_calibration_text(manifest),
+        outputs=manifest.outputs, inputs=manifest.inputs, calibration_text=_calibration_text(manifest, label),
         unmeasured=not acceptance_measurements(out, validation, digests),
     )
     return DraftCard(str(card), card.data.to_dict(), repo_id, base_model, target, validation)

@@ -38,27 +38,27 @@ def card_names(out: Path, manifest: Manifest, validation: ValidationSummary, con
                repo_id: str | None, target: str | None, base_model: str | None) -> CardNames:
     """The card's names: each one given, else the one the records hold as a Hub id (the target: the validation
     report's, the calibration set's, the config's verifier; the base model: the source's Hub id as quantize
-    recorded it), else refused naming the flag (and the pipeline key) that gives it."""
-    if repo_id is None:
-        raise PublishError("the card names the repository it lives in", path=out, field="repo_id",
-                           hint="pass --repo-id ORG/NAME")
-    repo_id = _given(repo_id, "--repo-id", "its repository", out)
+    recorded it), else refused naming every flag (and pipeline key) still needed, in one error."""
+    if repo_id is not None:
+        repo_id = _given(repo_id, "--repo-id", "its repository", out)
     if target is not None:
         target = _given(target, "--target", "the target", out)
     else:
         target = _recorded([validation.target, (manifest.calibration or {}).get("target"), config_verifier])
-        if target is None:
-            raise PublishError("no Hub id of the target model is recorded (validate and calibrate name a local "
-                               "target by its folder only)", path=out, field="target",
-                               hint="pass --target ORG/NAME; in a pipeline, push.target")
     source = manifest.source
     if base_model is not None:
         base_model = _given(base_model, "--base-model", "the BF16 draft", out)
     else:
         base_model = _recorded([source.repo_id, source.hub_id, repo_id_from_cache_path(source.path or "")])
-        if base_model is None:
-            raise PublishError(f"made from the local folder {source.path!r}, whose Hub id is not recorded",
-                               path=out, field="base_model",
-                               hint="pass --base-model ORG/NAME, the BF16 draft's Hub id; in a pipeline, "
-                                    "push.base_model")
+    missing = [(field, why, flag) for field, value, why, flag in (
+        ("repo_id", repo_id, "the repository it lives in", "--repo-id ORG/NAME"),
+        ("target", target, "the target (validate and calibrate record a local target by its folder only)",
+         "--target ORG/NAME (pipeline: push.target)"),
+        ("base_model", base_model, f"the BF16 draft (made from the local folder {source.path!r}, whose Hub id is "
+                                   "not recorded)", "--base-model ORG/NAME (pipeline: push.base_model)"),
+    ) if value is None]
+    if missing:
+        raise PublishError("the card needs " + "; ".join(why for _, why, _ in missing), path=out,
+                           field=", ".join(field for field, _, _ in missing),
+                           hint="pass " + " ".join(flag for _, _, flag in missing))
     return CardNames(repo_id, target, base_model)

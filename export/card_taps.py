@@ -17,7 +17,8 @@ def _layers(indices) -> str:
 def _written(record: ServeTapsRecord) -> str:
     if not record.written:
         return "nothing: the ids are as the source wrote them"
-    return "; ".join(f"`{key}` = {value} (was {record.before.get(key)})" for key, value in record.written.items())
+    return "; ".join(f"`{key}` = {value} " + (f"(was {record.before[key]})" if record.before.get(key) is not None
+                                                else "(not set before)") for key, value in record.written.items())
 
 
 def taps_section(record: ServeTapsRecord | None, validation: ValidationSummary) -> dict | None:

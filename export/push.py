@@ -56,6 +56,8 @@ def default_commit_message(manifest: Manifest, base_model: str) -> str:
     origin = source.repo_id or base_model
     if source.repo_id and source.commit:
         origin += f"@{source.commit[:12]}"
+    if manifest.gguf is not None:
+        return f"Upload {manifest.gguf.label} GGUF Eagle3 draft of {origin} for llama.cpp (eagle3-quant {__version__})"
     return f"Upload {manifest.scheme.name} FP8 Eagle3 draft of {origin} (eagle3-quant {__version__})"
 
 
@@ -111,8 +113,11 @@ def push_draft(out: str | Path, repo_id: str, options: PushOptions | None = None
     out = Path(out)
     _check_arguments(repo_id, revision, create_pr)
     manifest = Manifest.read(out, PublishError)
-    config, config_digest = read_config_file(out / "config.json")      # read once: the card's and the hash's
-    check_integrity(out, manifest, PublishError, {config_digest.path: config_digest})   # integrity speaks first
+    config, known = None, {}
+    if manifest.gguf is None:      # a GGUF draft has no config.json: its metadata is in the file
+        config, config_digest = read_config_file(out / "config.json")      # read once: the card's and the hash's
+        known = {config_digest.path: config_digest}
+    check_integrity(out, manifest, PublishError, known)   # integrity speaks first
     digests = manifest_digests(manifest)
     validation = read_validation(out, digests)
     if validation.state == "foreign":     # never published, not even with --allow-unvalidated

@@ -31,6 +31,8 @@ class ValidateOptions:
     sglang: bool = option(True, "Run the sglang_load check: SGLang's own loader on this artifact (skipped when "
                                 "SGLang is not installed).")
     max_samples: int | None = option(None, "Use at most this many calibration samples.")
+    llamacpp: str | None = option(None, "A GGUF draft: llama.cpp's tools, whose gguf-py dequantizes it (default: "
+                                        "$EAGLE3_QUANT_LLAMACPP, else the project's .venv-llamacpp).", pipeline=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "gates", Gates.from_value(self.gates))

@@ -46,7 +46,7 @@ from eagle3_quant.engines.environment import (
 from eagle3_quant.engines.layout_check import LayoutRun, check_layout
 from eagle3_quant.engines.runner import ChildCommand, ChildRun, run_child
 from eagle3_quant.errors import DraftFormatError, EngineError, OptionsError
-from eagle3_quant.options import build_options
+from eagle3_quant.options import build_options, require_device
 from eagle3_quant.reading.draft import DraftCheckpoint
 from eagle3_quant.records.artifact import QuantizedArtifact, open_artifact, read_reference
 from eagle3_quant.records.bench_run import (
@@ -233,6 +233,7 @@ def bench_draft(out: str | Path, options: BenchOptions | None = None, *, progres
     engine starts; an engine that fails or times out raises `EngineError`; Ctrl-C ends the engine's processes."""
     started = time.perf_counter()
     opts = build_options(BenchOptions, options, overrides)
+    require_device(opts.device)
     out = Path(out).expanduser().resolve()
     art, reference, target = _check_inputs(opts, out)
     engine_preflight(out, target, {"artifact": (art.files.config, out),

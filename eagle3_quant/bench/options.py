@@ -12,7 +12,7 @@ from eagle3_quant.reading.target_precision import ONLINE_METHODS
 
 ENGINE_DTYPES = ("bfloat16", "float16")        # vLLM refuses float32 for Quark checkpoints
 # vllm.LLM arguments bench sets itself: not accepted in engine_args
-RESERVED_ENGINE_ARGS = ("model", "dtype", "speculative_config", "seed", "quantization", "max_num_seqs",
+RESERVED_ENGINE_ARGS = ("model", "tokenizer", "dtype", "speculative_config", "seed", "quantization", "max_num_seqs",
                         "disable_log_stats", "per_request_spec_decode_metrics", "logprobs_mode")
 
 

@@ -60,14 +60,18 @@ def predict(artifact: QuantizedArtifact, reference: DraftCheckpoint, spec: Targe
     options = ValidateOptions(reference=reference.path, calib=calib, report=scratch / "prediction.json",
                               target=spec.name, k=k, device=device, kernel=False, vllm=False, sglang=False)
     metrics = validate_draft(artifact.path, options, artifact=artifact, reference_checkpoint=reference).metrics
+    return prediction_of(metrics, spec, greedy, len(prompts), HOW.format(dtype=spec.dtype))
+
+
+def prediction_of(metrics, spec: TargetSpec, greedy: int, sequences: int, how: str) -> Prediction:
+    """A validation report's metrics as bench records its prediction."""
     return Prediction(
         acceptance_length=DraftPair(metrics.acceptance_length_bf16, metrics.acceptance_length_fp8),
         per_position=DraftPair(metrics.per_position_acceptance_bf16, metrics.per_position_acceptance_fp8),
         acceptance_ratio=metrics.acceptance_ratio, interval=metrics.acceptance_ratio_interval,
         method=metrics.acceptance_ratio_method, chains=metrics.drafts, compute_dtype=metrics.compute_dtype,
         device=metrics.device, target_dtype=spec.dtype, engine_walk=_walk(metrics.engine_walk),
-        numerics=metrics.prediction_record, greedy_sequences=greedy, sequences=len(prompts),
-        how=HOW.format(dtype=spec.dtype))
+        numerics=metrics.prediction_record, greedy_sequences=greedy, sequences=sequences, how=how)
 
 
 def _walk(walk: WalkMetrics | None) -> EngineWalk | None:

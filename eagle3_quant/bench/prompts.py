@@ -9,11 +9,10 @@ from pathlib import Path
 from eagle3_quant.bench.options import BenchOptions
 from eagle3_quant.calib.prompts import PromptSpec, sample_prompts
 from eagle3_quant.calib.target import TargetSpec, load_tokenizer
+from eagle3_quant.calib.token_prompts import is_token_prompts, read_token_prompts
 from eagle3_quant.errors import CalibrationDataError, OptionsError
 from eagle3_quant.records.calibration import INDEX_NAME, load_calibration
 from eagle3_quant.records.public_names import public_name
-
-PROMPTS_TENSOR = "prompts"
 
 
 def _from_calibration(folder: Path, count: int, cut: int) -> list[list[int]]:
@@ -26,23 +25,6 @@ def _from_calibration(folder: Path, count: int, cut: int) -> list[list[int]]:
     return prompts
 
 
-def _from_safetensors(path: Path, count: int) -> list[list[int]]:
-    from safetensors import SafetensorError, safe_open
-
-    try:
-        with safe_open(str(path), framework="pt") as fh:
-            if PROMPTS_TENSOR not in fh.keys():
-                raise CalibrationDataError(f"no tensor {PROMPTS_TENSOR!r} (holds {', '.join(list(fh.keys())[:5])})",
-                                           path=path, tensor=PROMPTS_TENSOR)
-            tensor = fh.get_tensor(PROMPTS_TENSOR)
-    except SafetensorError as exc:
-        raise CalibrationDataError(f"not a readable safetensors file ({exc})", path=path) from exc
-    if tensor.dim() != 2 or tensor.dtype.is_floating_point:
-        raise CalibrationDataError(f"must be an integer matrix [prompts, tokens], got {tensor.dtype} "
-                                   f"{tuple(tensor.shape)}", path=path, tensor=PROMPTS_TENSOR)
-    return tensor[:count].long().tolist()
-
-
 def load_prompts(opts: BenchOptions, target: TargetSpec) -> tuple[list[list[int]], str]:
     """(the first `num_prompts` prompts, the source's public name); refused when empty or outside the target's
     vocabulary."""
@@ -52,8 +34,8 @@ def load_prompts(opts: BenchOptions, target: TargetSpec) -> tuple[list[list[int]
     source = Path(opts.prompts).expanduser()
     if (source / INDEX_NAME).is_file():
         prompts = _from_calibration(source, opts.num_prompts, opts.prompt_len)
-    elif source.is_file() and source.suffix == ".safetensors":
-        prompts = _from_safetensors(source, opts.num_prompts)
+    elif is_token_prompts(source):
+        prompts = read_token_prompts(source, opts.num_prompts)
     else:
         spec = PromptSpec(str(source.resolve()) if source.exists() else opts.prompts, opts.num_prompts,
                           opts.prompt_len + opts.max_tokens, opts.seed, generate_tokens=opts.max_tokens)

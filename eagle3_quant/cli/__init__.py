@@ -14,8 +14,8 @@ from eagle3_quant.util.interrupts import InterruptRecord, handling_interrupts
 
 # Command modules register their verbs on `app` when imported; keep each import-light.
 from eagle3_quant.cli import (  # noqa: E402,F401  isort: skip
-    bench_cmd, calibrate_cmd, card_cmd, cost_cmd, estimate_cmd, inspect_cmd, push_cmd, quantize_cmd, run_cmd,
-    sensitivity_cmd, validate_cmd)
+    bench_cmd, calibrate_cmd, card_cmd, cost_cmd, estimate_cmd, gguf_cmd, inspect_cmd, push_cmd, quantize_cmd,
+    run_cmd, sensitivity_cmd, validate_cmd)
 
 DEBUG_ENV = "EAGLE3_QUANT_DEBUG"
 

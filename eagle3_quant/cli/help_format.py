@@ -16,10 +16,11 @@ PANELS: dict[str, dict[str, str]] = {
     },
     "quantize": {
         "quantize": "Quantize a draft with AMD Quark into a folder vLLM loads.",
+        "gguf": "Write a draft as a GGUF llama.cpp serves, by its own tools.",
     },
     "prove": {
         "validate": "Prove a quantized draft offline: fidelity, acceptance, loads.",
-        "bench": "Serve the target in vLLM with no draft, BF16 draft and OUT.",
+        "bench": "Serve target: no draft, BF16 draft, OUT (vLLM or llama.cpp).",
     },
     "publish": {
         "card": "Write the model card (OUT/README.md) from the proofs.",
@@ -39,7 +40,8 @@ HELP_OPTIONS = ["-h", "--help"]
 NAME_WORDS = {"engine_python": "PYTHON", "aux_layer_ids": "IDS", "dump_layer_ids": "IDS", "engine_args": "JSON",
               "concurrency": "LEVELS", "exclude": "LINEAR", "repo_id": "ORG/NAME", "timeout": "SECONDS",
               "engine_timeout": "SECONDS", "overrides": "FIELD=VALUE", "verify_ms": "MS", "draft_ms": "MS",
-              "device_profile": "PROFILE", "commit_message": "TEXT"}
+              "device_profile": "PROFILE", "commit_message": "TEXT",
+              "llamacpp": "PATH", "pre_tokenizer": "NAME", "slots": "LEVELS"}
 
 
 def metavar_word(param) -> str:

@@ -19,7 +19,7 @@ GATE = Gates()
 
 @verb("validate")
 def validate_command(
-    out: Annotated[Path, typer.Argument(help="FP8 draft folder (made by `eagle3-quant quantize`).")],
+    out: Annotated[Path, typer.Argument(help="Quantized draft folder (made by `quantize`, or `gguf`).")],
     reference: Annotated[Path | None, typer.Option(help=help_of(V, "reference"))] = default(V, "reference"),
     calib: Annotated[Path | None, typer.Option(help=help_of(V, "calib"))] = default(V, "calib"),
     report: Annotated[Path | None, typer.Option(help=help_of(V, "report"))] = default(V, "report"),
@@ -37,18 +37,20 @@ def validate_command(
     sglang: Annotated[bool, typer.Option("--sglang/--no-sglang", help=help_of(V, "sglang"))] = default(V, "sglang"),
     max_samples: Annotated[int | None, number_option(COUNT, help=help_of(V, "max_samples"))]
     = default(V, "max_samples"),
+    llamacpp: Annotated[str | None, typer.Option(help=help_of(V, "llamacpp"))] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the JSON report on stdout instead of tables.")]
     = False,
 ) -> None:
-    """Prove an FP8 draft still works: structure, fidelity to the BF16 draft, FP8 kernel path. Exit 1 on a failed
+    """Prove a quantized draft still works: structure, fidelity to the BF16 draft, kernel path. Exit 1 on a failed
     gate."""
+    from eagle3_quant.cli.progress import TerminalProgress
     from eagle3_quant.validate.api import validate_draft
 
     gates = Gates(min_top1_agreement=min_top1, min_acceptance_ratio=min_acceptance_ratio,
                   min_weight_sqnr_db=min_sqnr_db)
     options = V(reference=reference, calib=calib, report=report, target=target, gates=gates, k=k, device=device,
-                kernel=kernel, vllm=vllm, sglang=sglang, max_samples=max_samples)
-    result = validate_draft(out, options)
+                kernel=kernel, vllm=vllm, sglang=sglang, max_samples=max_samples, llamacpp=llamacpp)
+    result = validate_draft(out, options, progress=TerminalProgress())
     if as_json:
         typer.echo(json.dumps(json.loads(result.report_path.read_text()), indent=2, allow_nan=False))
     else:

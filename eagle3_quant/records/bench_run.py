@@ -629,25 +629,36 @@ class BenchRun(_Measured):
     @classmethod
     def read(cls, folder: str | Path) -> BenchRun:
         """OUT's bench.json, every field checked; missing, unreadable or malformed raises `BenchRecordError`."""
-        path = Path(folder) / BENCH_NAME
-        if not path.is_file():
-            raise BenchRecordError("no bench record (run `eagle3-quant bench` first)", path=path)
-        try:
-            data = load_json_file(path, BenchRecordError)
-        except OSError as exc:
-            raise BenchRecordError(f"unreadable ({exc.strerror or exc})", path=path) from None
+        data, path = read_bench_json(folder, "run `eagle3-quant bench` first")
         return cls.from_dict(data, path)
 
     def write(self, folder: str | Path) -> Path:
         """OUT/bench.json, atomically (a temporary file, then a rename) and strict JSON."""
-        path = Path(folder) / BENCH_NAME
-        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-        try:
-            tmp.write_text(json.dumps(self.to_dict(), indent=2, allow_nan=False) + "\n")
-            os.replace(tmp, path)
-        finally:
-            tmp.unlink(missing_ok=True)
-        return path
+        return write_bench_json(folder, self.to_dict())
+
+
+def read_bench_json(folder: str | Path, first: str) -> tuple[Any, Path]:
+    """OUT/bench.json's JSON, read within the parser limits; missing or unreadable: `BenchRecordError` (`first`: what
+    to run first)."""
+    path = Path(folder) / BENCH_NAME
+    if not path.is_file():
+        raise BenchRecordError(f"no bench record ({first})", path=path)
+    try:
+        return load_json_file(path, BenchRecordError), path
+    except OSError as exc:
+        raise BenchRecordError(f"unreadable ({exc.strerror or exc})", path=path) from None
+
+
+def write_bench_json(folder: str | Path, data: dict) -> Path:
+    """OUT/bench.json, atomically (a temporary file, then a rename) and strict JSON."""
+    path = Path(folder) / BENCH_NAME
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        tmp.write_text(json.dumps(data, indent=2, allow_nan=False) + "\n")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
 
 
 def measured_bench(folder: str | Path, files: Mapping[str, str]) -> BenchRun | None:

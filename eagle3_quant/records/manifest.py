@@ -21,6 +21,7 @@ from typing import Any
 from eagle3_quant.errors import Eagle3QuantError, ManifestError, PublishError, one_line
 from eagle3_quant.reading.limits import load_json_file
 from eagle3_quant.records.auto_choice import AutoChoiceRecord
+from eagle3_quant.records.gguf_record import GgufRecord
 from eagle3_quant.records.serve_taps import ServeTapsRecord
 from eagle3_quant.util.hashing import FileDigest, digest_folder, sha256_file
 
@@ -100,6 +101,7 @@ class Manifest:
     auto_choice: AutoChoiceRecord | None = None   # --scheme auto: the candidate ladder, measured, and the choice
     serve_taps: ServeTapsRecord | None = None     # --serve-taps: the layers each engine feeds, what was written, why
     engines: EnginesRecord | None = None          # the engines it is for (None: written before --engine auto)
+    gguf: GgufRecord | None = None                # a GGUF draft (`eagle3-quant gguf`): its file, type, tensors
     manifest_version: int = MANIFEST_VERSION
     created_at: str = ""
     command: list[str] = field(default_factory=list)   # verb, flags, public names (records/public_names.py)
@@ -108,12 +110,12 @@ class Manifest:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         for optional in ("calibration", "sensitivity", "vocab_pruning", "smoothing", "gptq", "auto_choice",
-                         "serve_taps", "engines"):
+                         "serve_taps", "engines", "gguf"):
             if data[optional] is None:
                 del data[optional]
         order = ("manifest_version", "created_at", "command", "versions", "source", "scheme", "engines", "exclude",
                  "layers", "device", "serve_taps", "calibration", "sensitivity", "vocab_pruning", "smoothing", "gptq",
-                 "auto_choice", "inputs", "outputs")
+                 "auto_choice", "gguf", "inputs", "outputs")
         return {key: data[key] for key in order if key in data}
 
     @classmethod
@@ -143,6 +145,7 @@ class Manifest:
                 serve_taps=(ServeTapsRecord.from_dict(data["serve_taps"], path)
                             if data.get("serve_taps") is not None else None),
                 engines=_record(EnginesRecord, data, "engines", path) if data.get("engines") is not None else None,
+                gguf=GgufRecord.from_dict(data["gguf"], path) if data.get("gguf") is not None else None,
                 created_at=str(data.get("created_at", "")),
                 command=[str(c) for c in data.get("command") or []],
                 versions={str(k): str(v) for k, v in (data.get("versions") or {}).items()},

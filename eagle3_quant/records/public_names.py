@@ -71,15 +71,25 @@ def public_argv(argv: Sequence[str]) -> list[str]:
     return [_public_value(a) if not a.startswith("-") else a for a in argv]
 
 
-def write_local_record(out: Path, source_path: Path) -> None:
-    (out / LOCAL_RECORD).write_text(json.dumps({"source_path": str(source_path)}, allow_nan=False) + "\n")
+def write_local_record(out: Path, source_path: Path, target_path: Path | None = None) -> None:
+    record = {"source_path": str(source_path)} | ({"target_path": str(target_path)} if target_path else {})
+    (out / LOCAL_RECORD).write_text(json.dumps(record, allow_nan=False) + "\n")
 
 
-def recorded_source_path(out: Path) -> Path | None:
-    """The absolute source folder recorded at quantization (None when unknown or unreadable)."""
+def _recorded(out: Path, key: str) -> Path | None:
     try:
         data = load_json_file(out / LOCAL_RECORD, ManifestError)
     except (OSError, ManifestError):
         return None
-    value = data.get("source_path") if isinstance(data, dict) else None
+    value = data.get(key) if isinstance(data, dict) else None
     return Path(value) if isinstance(value, str) and Path(value).is_absolute() else None
+
+
+def recorded_source_path(out: Path) -> Path | None:
+    """The absolute source folder recorded at quantization (None when unknown or unreadable)."""
+    return _recorded(out, "source_path")
+
+
+def recorded_target_path(out: Path) -> Path | None:
+    """The target folder a GGUF draft was converted with (`gguf`; None when unknown or unreadable)."""
+    return _recorded(out, "target_path")

@@ -9,7 +9,9 @@ Layout (``estimate_version`` 2)::
       "draft_ms_bf16", "device_profile", "cycle_ms", "verify_share", "speedup_vs_no_spec",
       "speedup_vs_bf16_draft", "acceptance_source",       # eagle3_quant/speedup.py: the cycle model's terms
       "artifact_files": {"model.safetensors": "<sha256>", ...},   # the artifact estimated (records/evidence.py)
-      "validation_sha256": "<sha256>"                     # the validation report its acceptance came from
+      "validation_sha256": "<sha256>",                    # the validation report its acceptance came from
+      "token_ms": X,                                      # only when one target token costs other than a verify
+      "measured": {"speedup", "interval", "what", "inside_interval"}   # only when an engine measured the speed
     }
 
 A file of another version, of other artifact files, or made from another report than OUT's own is not this
@@ -50,9 +52,12 @@ class SpeedupEstimate:
     acceptance_source: str
     artifact_files: dict[str, str] = field(default_factory=dict)   # path -> sha256 of the artifact estimated
     validation_sha256: str | None = None                           # the report the acceptance was read from
+    token_ms: float | None = None       # one target forward of one token, when not the verify's (a CPU: batches cost)
+    measured: dict | None = None        # the engine's measured speedup beside it (llama.cpp: bench.json)
 
     def to_dict(self) -> dict:
-        return {"estimate_version": ESTIMATE_VERSION, "kind": KIND, **asdict(self)}
+        data = {"estimate_version": ESTIMATE_VERSION, "kind": KIND, **asdict(self)}
+        return {k: v for k, v in data.items() if not (k in ("token_ms", "measured") and v is None)}
 
     def write(self, folder: Path) -> Path:
         path = folder / ESTIMATE_NAME
@@ -81,7 +86,10 @@ class SpeedupEstimate:
         texts = {"draft_ms_source": f.text("draft_ms_source"), "acceptance_source": f.text("acceptance_source"),
                  "device_profile": f.optional_text("device_profile"),
                  "validation_sha256": f.optional_text("validation_sha256")}
-        values = {**values, **texts, "artifact_files": f.texts_by_name("artifact_files")}
+        measured = f.optional_object("measured")
+        values = {**values, **texts, "artifact_files": f.texts_by_name("artifact_files"),
+                  "token_ms": f.number("token_ms") if f.has("token_ms") else None,
+                  "measured": measured.data if measured else None}
         estimate = cls(**{x.name: values[x.name] for x in fields(cls)})
         wrong = estimate.disagreement()
         if wrong:
@@ -91,8 +99,9 @@ class SpeedupEstimate:
     def disagreement(self) -> str | None:
         """The first term that is not what the cycle model computes from the inputs beside it; None when all are."""
         cycle = self.draft_ms + self.verify_ms
+        token = self.token_ms if self.token_ms is not None else self.verify_ms
         expected = {"cycle_ms": cycle, "verify_share": self.verify_ms / cycle,
-                    "speedup_vs_no_spec": self.tokens_per_round * self.verify_ms / cycle}
+                    "speedup_vs_no_spec": self.tokens_per_round * token / cycle}
         return next((name for name, value in expected.items()
                      if not math.isclose(getattr(self, name), value, rel_tol=1e-9)), None)
 

@@ -57,6 +57,7 @@ from typing import Any, Literal
 from eagle3_quant.errors import BenchRecordError, ValidationRecordError
 from eagle3_quant.reading.limits import load_json_file
 from eagle3_quant.records.bench_run import EngineRun, measured_bench
+from eagle3_quant.records.llamacpp_bench import measured_llamacpp
 from eagle3_quant.records.validation_metrics import (  # noqa: F401 - this file's record, owned here
     PredictionNumerics,
     TapsMeasured,
@@ -100,6 +101,15 @@ class ValidationSummary:
     @property
     def passed(self) -> bool:
         return self.state == "passed"
+
+    @property
+    def headline(self) -> str:
+        """The card's one line on validation: passed, failed (why), or not validated (why)."""
+        if self.state == "passed":
+            return f"`eagle3-quant validate` passed; the full report is `{REPORT_NAME}` in this repository."
+        if self.state == "failed":
+            return f"**Validation FAILED** ({self.problem})."
+        return f"**Not validated**: no passing validation report: {self.problem}."
 
 
 def _finite_numbers(raw: Any) -> dict[str, float]:
@@ -260,6 +270,7 @@ def acceptance_measurements(out: str | Path, validation: ValidationSummary,
     if readable and validation.metrics.measured_offline:
         found.append(MEASURED_OFFLINE)
     if (readable and validation.engine_run is not None) or \
-            (artifact is not None and measured_bench(out, artifact) is not None):
+            (artifact is not None and (measured_bench(out, artifact) is not None or
+                                       measured_llamacpp(out, artifact) is not None)):
         found.append(MEASURED_BY_ENGINE)
     return tuple(found)
