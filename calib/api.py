@@ -87,7 +87,8 @@ def calibrate_target(target: str | Path, draft: str | Path, data: str | Path, ou
         if engine and force:      # under the run's lock: the engine's export of an earlier run starts over too
             shutil.rmtree(export_dir(out), ignore_errors=True)
         resumed = writer.count
-        progress.say(_plan_text(spec, plan, prompts, max_tokens, est_bytes, resumed, target_output.staging))
+        for line in _plan_lines(spec, plan, prompts, max_tokens, est_bytes, resumed, target_output.staging):
+            progress.say(line)          # one line each: a value in one can never start another
         if writer.discarded:
             progress.say(f"{len(writer.discarded)} shard(s) of the interrupted run differ from the sha256 recorded "
                          f"when written, from {writer.discarded[0]} on: captured again")
@@ -115,8 +116,8 @@ def _info(target: str, draft: str, plan: CapturePlan, hidden: int, dtype: str, s
     return CalibrationInfo(target, plan.indices, hidden, dtype, spec.data, extra)
 
 
-def _plan_text(spec, plan: CapturePlan, prompts, max_tokens: int, est_bytes: int, resumed: int,
-               staging: Path) -> str:
+def _plan_lines(spec, plan: CapturePlan, prompts, max_tokens: int, est_bytes: int, resumed: int,
+                staging: Path) -> list[str]:
     taps = plan.taps
     lines = [f"target {spec.name}: {spec.architecture}, {spec.num_layers} layers, hidden {spec.hidden_size}",
              f"taps hidden_states{list(taps.indices)} (draft ids {list(taps.ids)}, {taps.convention.value} "
@@ -130,7 +131,7 @@ def _plan_text(spec, plan: CapturePlan, prompts, max_tokens: int, est_bytes: int
     lines.extend(plan.record.notes)
     if resumed:
         lines.append(f"resuming an interrupted run at sample {resumed} ({staging})")
-    return "\n".join(lines)
+    return lines
 
 
 def _result(out: Path, info: CalibrationInfo, taps: Taps, started: float, captured: int, tokens: int,

@@ -21,8 +21,8 @@ VLLM_ONLY = {"engine_python": None, **EngineLayout().to_dict(), "max_num_seqs": 
 # options of the transformers backend: refused with the vllm backend
 TRANSFORMERS_ONLY = ("max_memory", "device", "batch_size", "threads")
 # vllm.LLM arguments calibrate sets itself: not accepted in engine_args
-RESERVED_ENGINE_ARGS = ("model", "dtype", "speculative_config", "kv_transfer_config", "trust_remote_code", "seed",
-                        "quantization", "max_num_seqs")
+RESERVED_ENGINE_ARGS = ("model", "tokenizer", "dtype", "speculative_config", "kv_transfer_config", "trust_remote_code",
+                        "seed", "quantization", "max_num_seqs")
 
 
 def check_backend_options(opts) -> None:
@@ -42,4 +42,9 @@ def check_backend_options(opts) -> None:
                                    field=transformers_only[0])
     COUNT.check(opts.max_num_seqs, "max_num_seqs", CalibrationDataError)
     TIME.check(opts.engine_timeout, "engine_timeout", CalibrationDataError, required=True)
+    longest = opts.seq_len + (opts.generate_tokens or 0) + 1
+    if opts.max_model_len is not None and opts.max_model_len < longest:
+        raise CalibrationDataError(f"{opts.max_model_len} is shorter than a sample can be: --seq-len {opts.seq_len}, "
+                                   f"{opts.generate_tokens or 0} generated tokens and one more", field="max_model_len",
+                                   hint=f"pass at least {longest}, or a smaller --seq-len")
     check_reserved(opts, RESERVED_ENGINE_ARGS, "calibrate")

@@ -12,10 +12,11 @@ vLLM's own code before any weight loads (``engines/layout_check.py``).
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 
-from eagle3_quant.errors import OptionsError
-from eagle3_quant.options import option
+from eagle3_quant.errors import OptionsError, one_line
+from eagle3_quant.options import COUNT, option
 
 SPLIT_FIELDS = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "enable_expert_parallel")
 FIELDS = (*SPLIT_FIELDS, "max_model_len", "engine_args")
@@ -39,9 +40,7 @@ class EngineLayout:
 
     def __post_init__(self) -> None:
         for name in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "max_model_len"):
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-                raise OptionsError(f"must be an integer >= 1, got {value!r}", field=name)
+            COUNT.check(getattr(self, name), name)       # the CLI's own bound: a pipeline file gets no other
         if not isinstance(self.enable_expert_parallel, bool):
             raise OptionsError(f"must be true or false, got {self.enable_expert_parallel!r}",
                                field="enable_expert_parallel")
@@ -83,11 +82,39 @@ class EngineLayout:
         return cls(**data)
 
 
+ARG_NAME = re.compile(r"^[a-z_][a-z0-9_]*$")      # a vllm.LLM keyword: a lower-case Python name
+MAX_ARG_DEPTH = 64                               # the nesting every JSON reader of the toolkit allows
+
+
+def _depth(value) -> int:
+    """How deeply lists and objects nest in `value` (without recursion: any depth is measured)."""
+    deepest, todo = 0, [(value, 1)]
+    while todo:
+        item, level = todo.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list | tuple) else None
+        if children is None:
+            continue
+        deepest = max(deepest, level)
+        todo += [(child, level + 1) for child in children]
+    return deepest
+
+
 def _check_engine_args(args) -> None:
     if args is None:
         return
     if not isinstance(args, dict) or not all(isinstance(key, str) for key in args):
         raise OptionsError("must be a JSON object of vllm.LLM argument names to values", field="engine_args")
+    bad = [key for key in args if not ARG_NAME.match(key)]
+    for key in sorted(bad, key=lambda key: key.replace("-", "_") not in FIELDS):     # a layout option named first
+        spelled = key.replace("-", "_")
+        if spelled in FIELDS:
+            raise OptionsError(f"{one_line(repr(key))} is the layout option --{key.replace('_', '-')}, not a "
+                               "vllm.LLM argument", field="engine_args", hint=f"pass --{spelled.replace('_', '-')}")
+        raise OptionsError(f"{one_line(repr(key))} is not a vllm.LLM argument name (lower-case letters, digits and _"
+                           + (f"; did you mean {spelled.lower()!r}?" if ARG_NAME.match(spelled.lower()) else "") + ")",
+                           field="engine_args")
+    if _depth(args) > MAX_ARG_DEPTH:
+        raise OptionsError(f"nested deeper than {MAX_ARG_DEPTH} levels: refused", field="engine_args")
     repeated = sorted(set(args) & set(FIELDS))
     if repeated:
         flag = "--" + repeated[0].replace("_", "-")

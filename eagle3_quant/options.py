@@ -131,9 +131,25 @@ def check_positive(value: int | None, name: str) -> None:
     COUNT.check(value, name)
 
 
+def require_device(device: str | None) -> None:
+    """A GPU asked for (`cuda`, `cuda:N`) must be there: never a silent run on the CPU instead."""
+    if device is None or not str(device).startswith("cuda"):
+        return
+    import torch
+
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    index = int(device.split(":")[1]) if ":" in device else 0
+    if index >= count:
+        where = "no CUDA/ROCm GPU torch can use" if count == 0 else f"{count} GPU(s) (cuda:0..cuda:{count - 1})"
+        raise OptionsError(f"{device!r}: this machine has {where}", field="device",
+                           hint="use --device cpu, or leave it out")
+
+
 def pick_device(device: str | None) -> str:
-    """The device a stage computes on: the one asked for, else cuda when available, else cpu."""
+    """The device a stage computes on: the one asked for (refused when it is not there), else cuda when available,
+    else cpu."""
     if device is not None:
+        require_device(device)
         return device
     import torch
 

@@ -46,7 +46,7 @@ def test_docs_guarantees_state_the_corpus():
 def test_api_raises_typed_error_and_leaves_nothing(case, tmp_path, monkeypatch):
     src, out, before = prepare(case, tmp_path, monkeypatch)
     with pytest.raises(Eagle3QuantError) as info:
-        quantize_draft(src, out, device="cpu", **case.api_kwargs())
+        quantize_draft(src, out, device="cpu", **case.api_kwargs(src))
     error = info.value
     assert type(error) is case.error, repr(error)
     assert error.path or error.tensor or error.field, "the error names no file, tensor or field"

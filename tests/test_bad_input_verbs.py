@@ -3,6 +3,7 @@ field, no traceback, nothing written or changed under the case's root, and no Hu
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -82,7 +83,7 @@ def call_api(args: list[str]):
     verb, first = args[0], args[1]
     if verb == "validate":
         sqnr = _option(args, "--min-sqnr-db")
-        return validate_draft(first, calib=_option(args, "--calib"), kernel=False,
+        return validate_draft(first, calib=_option(args, "--calib"), kernel=False, device=_option(args, "--device"),
                               gates={"min_weight_sqnr_db": float(sqnr)} if sqnr else None)
     names = {"target": _option(args, "--target"), "base_model": _option(args, "--base-model")}
     if verb == "push":
@@ -100,6 +101,21 @@ def call_api(args: list[str]):
         return measure_sensitivity(first, _option(args, "--calib"), device="cpu")
     if verb == "calibrate":
         return import_calibration(_option(args, "--from-dump"), _option(args, "--draft"), first)
+    if verb == "gguf":
+        from eagle3_quant.quantize.gguf_api import gguf_draft
+
+        return gguf_draft(first, args[2], target=_option(args, "--target"), calib=_option(args, "--calib"),
+                          pre_tokenizer=_option(args, "--pre-tokenizer"))
+    if verb == "bench" and _option(args, "--engine") == "llamacpp":
+        from eagle3_quant.bench.llamacpp_api import bench_gguf
+
+        return bench_gguf(first, target=_option(args, "--target"),
+                          slots=tuple(int(n) for n in _option(args, "--slots").split(",")))
+    if verb == "bench":
+        from eagle3_quant.bench.api import bench_draft
+
+        return bench_draft(first, target=_option(args, "--target"),
+                           engine_args=json.loads(_option(args, "--engine-args")))
     raise AssertionError(verb)
 
 

@@ -12,6 +12,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
+from eagle3_quant import options
 from eagle3_quant.errors import QuantizationError
 from eagle3_quant.quantize import quark_file
 from eagle3_quant.quantize.cpu_bits import cpu_fp8_weight
@@ -61,6 +62,7 @@ def _quantize_on_simulated_cuda(out: Path, monkeypatch, tamper: str | None = Non
         _as_if_on_cuda(staging, DRAFT_DIR, tamper)
 
     monkeypatch.setattr(quark_file, "run_file_to_file", quark_on_cuda)
+    monkeypatch.setattr(options, "require_device", lambda device: None)
     return quantize_draft(DRAFT_DIR, out, device="cuda")
 
 

@@ -24,6 +24,9 @@ from eagle3_quant.pipeline_spec import BenchSpec, CalibrateSpec
 from eagle3_quant.records.bench_run import EngineRecord
 from eagle3_quant.records.fields import RecordFields
 
+DEEP: dict = {}
+for _ in range(70):
+    DEEP = {"x": DEEP}
 FLAGS = {"--tensor-parallel-size", "--pipeline-parallel-size", "--data-parallel-size", "--enable-expert-parallel",
          "--max-model-len", "--engine-args"}
 
@@ -70,8 +73,14 @@ def test_what_reaches_vllm():
 
 
 @pytest.mark.parametrize("options, field, words", [
-    ({"tensor_parallel_size": 0}, "tensor_parallel_size", "integer >= 1"),
-    ({"pipeline_parallel_size": True}, "pipeline_parallel_size", "integer >= 1"),
+    ({"tensor_parallel_size": 0}, "tensor_parallel_size", "an integer in 1.."),
+    ({"pipeline_parallel_size": True}, "pipeline_parallel_size", "an integer in 1.."),
+    ({"max_model_len": 10**20}, "max_model_len", "an integer in 1..2147483647"),      # the CLI's own bound
+    ({"engine_args": {"pipeline-parallel-size": 2}}, "engine_args", "the layout option --pipeline-parallel-size"),
+    ({"engine_args": {"enforce\teager": True}}, "engine_args", "not a vllm.LLM argument name"),
+    ({"engine_args": {"Enforce-Eager": True}}, "engine_args", "did you mean"),
+    ({"engine_args": {"tokenizer": "/etc"}}, "engine_args.tokenizer", "set by bench itself"),
+    ({"engine_args": {"override_generation_config": DEEP}}, "engine_args", "nested deeper than 64 levels"),
     ({"engine_args": {"tensor_parallel_size": 2}}, "engine_args.tensor_parallel_size", "--tensor-parallel-size"),
     ({"engine_args": {"gpu_memory_utilization": float("nan")}}, "engine_args", "finite JSON"),
     ({"engine_args": ["ray"]}, "engine_args", "JSON object"),
@@ -82,6 +91,26 @@ def test_bad_layouts_are_refused_naming_the_field(options, field, words):
     with pytest.raises(OptionsError) as caught:
         BenchOptions(**options)
     assert caught.value.field == field and words in str(caught.value)
+
+
+@pytest.mark.parametrize("text, words", [
+    ('{"enforce_eager": true, "enforce_eager": false}', "the key 'enforce_eager' is given twice"),
+    ('{"a": ' * 30_000 + "1" + "}" * 30_000, "nests deeper than 64 levels"),
+    ('{"gpu_memory_utilization": NaN}', "is not JSON"),
+    (r'{"k\u0000": 1}', None),
+])
+def test_engine_args_are_read_as_every_json_file_is(text, words):
+    import typer
+
+    from eagle3_quant.cli.layout_options import engine_args_json
+
+    if words is None:       # read, then refused by its key's name at the options (a NUL in it)
+        with pytest.raises(OptionsError, match="not a vllm.LLM argument name"):
+            BenchOptions(engine_args=engine_args_json(text))
+        return
+    with pytest.raises(typer.BadParameter, match=words) as caught:
+        engine_args_json(text)
+    assert "\n" not in str(caught.value)
 
 
 def test_calibrate_takes_the_layout_with_the_vllm_backend_only():

@@ -72,11 +72,14 @@ def test_pipeline_parallel_hidden_state_export_is_refused_with_the_way_out(tmp_p
     (("--enable-expert-parallel",), "Number of experts in the model must be greater than 0 when expert parallelism "
                                     "is enabled"),
     (("--data-parallel-size", "2"), "LLM(data_parallel_size=2) is not supported for single-process usage"),
+    (("--max-model-len", "100000"), "User-specified max_model_len (100000) is greater than the derived "
+                                    "max_model_len (max_position_embeddings=512"),     # vllm/config/model.py
+    (("--engine-args", '{"not_an_engine_arg": 1}'), "not_an_engine_arg"),
 ])
 def test_layouts_vllm_refuses_are_refused_before_the_engine(artifact, capsys, layout, words):
     before = sorted(p.name for p in artifact.iterdir())
     line, seconds = refused(bench_args(artifact, *layout), capsys)
-    assert words in line and "vllm/" in line and "nothing was loaded" in line, line
+    assert words in line and "vllm/" in line and "nothing was loaded" in line and ".;" not in line, line
     assert sorted(p.name for p in artifact.iterdir()) == before          # no bench.json, no log
     print(f"refused in {seconds:.1f} s")
 

@@ -97,6 +97,20 @@ def calibrate_command(
     if from_dump is not None:
         from eagle3_quant.calib.importer import import_calibration
 
+        capture_only = {"num_samples": num_samples, "seq_len": seq_len, "seed": seed, "column": column,
+                        "split": split, "subset": subset, "min_tokens": min_tokens,
+                        "generate_tokens": generate_tokens, "dtype": dtype.value,
+                        "trust_remote_code": trust_remote_code, "device": device, "batch_size": batch_size,
+                        "threads": threads, "engine_python": engine_python,
+                        "tensor_parallel_size": tensor_parallel_size, "pipeline_parallel_size": pipeline_parallel_size,
+                        "data_parallel_size": data_parallel_size, "enable_expert_parallel": enable_expert_parallel,
+                        "max_model_len": max_model_len, "max_num_seqs": max_num_seqs, "engine_args": engine_args,
+                        "engine_timeout": engine_timeout, "target_quantization": target_quantization}
+        given = next((name for name, value in capture_only.items() if value != default(C, name)), None)
+        if given is not None:
+            raise typer.BadParameter(f"--{given.replace('_', '-')} applies when the target runs (--data); "
+                                     "--from-dump imports states already captured: it would be ignored")
+
         options = ImportOptions(target=target, engine=engine.value if engine else None,
                                 tap_convention=tap_convention.value, aux_layer_ids=ids, force=force, revision=revision,
                                 format=dump_format.value, dump_layer_ids=dump_ids)

@@ -5,7 +5,8 @@ will get: vLLM's ``LLM`` and ``create_engine_config`` checks (heads divisible by
 parallelism only for models that implement ``SupportsPP``, which ``extract_hidden_states`` does not, expert
 parallelism only for MoE targets, data parallelism outside an external launcher, ...), then each draft built by
 vLLM's loader at the tensor-parallel size on the meta device (its vocabulary split across ``ParallelLMHead``). The
-rules are the installed vLLM's, not a list kept here; a single-process layout has nothing to check and starts
+rules are the installed vLLM's, not a list kept here: ``engine_args`` meet ``EngineArgs``' own fields, a
+``max_model_len`` the target's own limit. A single-process layout with neither has nothing to check and starts
 nothing. About ten seconds: vLLM's import and its config, no weights.
 """
 
@@ -33,7 +34,7 @@ def check_layout(python: EnginePython, info: EngineInfo, layout: EngineLayout, r
     """What the check could not judge, in words (nothing for a one-process layout, which starts nothing);
     `EngineLayoutError` in vLLM's words, naming its file and line, when vLLM refuses a run; `way_out` (the verb's
     alternatives) joins the hint."""
-    if not layout.split:
+    if not (layout.split or layout.engine_args or layout.max_model_len is not None):
         return []
     command = ChildCommand(python.path, VLLM_CHILDREN / "layout_child.py",
                            name=f"vLLM's layout check ({info.distribution} {info.version})", env=engine_env(info),
@@ -50,6 +51,6 @@ def check_layout(python: EnginePython, info: EngineInfo, layout: EngineLayout, r
     if refused["stage"] == "draft":
         hints.append("choose a tensor-parallel size that divides the draft's sizes")
     raise EngineLayoutError(f"vLLM {result['vllm']} refuses {layout.describe()} for {refused['run']} ({what}"
-                            f"{where}): {refused['message']}; nothing was loaded",
+                            f"{where}): {refused['message'].rstrip('. ')}; nothing was loaded",
                             field="tensor_parallel_size" if refused["stage"] == "draft" else None,
                             hint="; ".join(hints) or None)

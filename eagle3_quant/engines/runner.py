@@ -100,7 +100,7 @@ def run_child(command: ChildCommand, request: Mapping[str, Any], timeout_s: floa
         req.write_text(json.dumps(dict(request), allow_nan=False))
         started = time.perf_counter()
         with open(err, "wb") as stderr:
-            with _DeferredInterrupts() as deferred:    # a Ctrl-C while the child starts: taken once `proc` is known
+            with DeferredInterrupts() as deferred:    # a Ctrl-C while the child starts: taken once `proc` is known
                 try:
                     proc = subprocess.Popen(command.argv(req, res), cwd=tmp, env=env, stdin=subprocess.DEVNULL,
                                             stdout=stderr, stderr=subprocess.STDOUT, start_new_session=True)
@@ -121,7 +121,7 @@ def run_child(command: ChildCommand, request: Mapping[str, Any], timeout_s: floa
     return ChildRun(result if isinstance(result, dict) else None, error, returncode, seconds, tail)
 
 
-class _DeferredInterrupts:
+class DeferredInterrupts:
     """SIGINT/SIGTERM inside the block are recorded, not raised (main thread only), so no child is started without
     the parent knowing its pid; `deliver()` afterwards hands a recorded one to the handler that was in place (the
     CLI's, which remembers it and raises KeyboardInterrupt), or raises KeyboardInterrupt."""
@@ -130,7 +130,7 @@ class _DeferredInterrupts:
         self.received: list[int] = []
         self.previous: dict[int, Any] = {}
 
-    def __enter__(self) -> _DeferredInterrupts:
+    def __enter__(self) -> DeferredInterrupts:
         if threading.current_thread() is threading.main_thread():
             self.previous = {sig: signal.signal(sig, lambda signum, frame: self.received.append(signum))
                              for sig in (signal.SIGINT, signal.SIGTERM)}

@@ -24,6 +24,14 @@ from eagle3_quant.util.hashing import FileDigest
 MX_ELEMENT_DTYPES = tuple(ELEMENT_BITS)
 
 
+def quant_spec(value) -> dict:
+    """A Quark quantization spec as a config holds it: an object, the first of a list of them (NVFP4's, MXFP8's), else
+    nothing ({}): a config claiming any structure is judged, never crashed on."""
+    if isinstance(value, list):
+        value = next((item for item in value if isinstance(item, dict)), None)
+    return value if isinstance(value, dict) else {}
+
+
 @dataclass(frozen=True)
 class Fp8Artifact:
     """An FP8 draft folder as read from disk: its tensors, config and which linears hold FP8 weights."""

@@ -9,6 +9,7 @@ import torch
 from safetensors import safe_open
 
 from eagle3_quant.errors import DraftFormatError
+from eagle3_quant.reading.artifact import quant_spec
 from eagle3_quant.reading.checkpoint import Checkpoint, read_checkpoint
 from eagle3_quant.reading.config import DraftConfig, load_config_file, parse_config
 from eagle3_quant.reading.formats import detect_format
@@ -82,9 +83,9 @@ def _float_view(tensors: dict[str, TensorInfo], fp8: dict[str, bool], mx: dict[s
 
 
 def _check_static_config(cfg: DraftConfig, fp8: dict[str, bool], where: Path) -> None:
-    qc = cfg.raw.get("quantization_config")
-    inputs = (qc or {}).get("global_quant_config", {}).get("input_tensors") if isinstance(qc, dict) else None
-    if isinstance(inputs, dict) and inputs.get("is_dynamic") is False:
+    qc = quant_spec(cfg.raw.get("quantization_config"))
+    inputs = quant_spec(quant_spec(qc.get("global_quant_config")).get("input_tensors"))
+    if inputs.get("is_dynamic") is False:
         missing = sorted(m for m, static in fp8.items() if not static)
         if missing:
             raise DraftFormatError("config declares static input scales but the checkpoint has no input_scale",

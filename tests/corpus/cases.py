@@ -64,6 +64,17 @@ from eagle3_quant.reading.formats import DraftFormat
 from eagle3_quant.util import resources
 
 
+def calibrated(build: Callable[[Path], Path]) -> Callable[[Path], Path]:
+    """The source `build` makes, with a calibration set for it at ROOT/cal."""
+    def with_calibration(root: Path) -> Path:
+        from calib_fixtures import write_calibration, write_target
+
+        src = build(root)
+        write_calibration(root / "cal", write_target(root / "target"), samples=4, seq_len=20)
+        return src
+    return with_calibration
+
+
 def _out(root: Path, src: Path) -> Path:
     return root / "out"
 
@@ -80,13 +91,20 @@ class BadCase:
     exclude: tuple[str, ...] = ()
     probes: dict[str, Callable] = field(default_factory=dict)   # eagle3_quant.util.resources function -> stand-in
     engine: str | None = None                     # --engine named by the user (None: the default, auto)
+    data_driven: tuple[str, ...] = ()             # quantize flags of a data-driven rounding, --calib ROOT/cal given
 
-    def api_kwargs(self) -> dict:
+    def api_kwargs(self, src: Path) -> dict:
+        rounding = {}
+        if self.data_driven:
+            flags = dict(zip(self.data_driven[::2], self.data_driven[1::2], strict=True))
+            rounding = {"scheme": flags["--scheme"], "calib": src.parent / "cal",
+                        **({"smooth_alpha": float(flags["--smooth-alpha"])} if "--smooth-alpha" in flags else {})}
         return {"force": self.force, "allow_pickle": self.allow_pickle, "exclude": list(self.exclude) or None,
-                **({"engine": self.engine} if self.engine else {})}
+                **({"engine": self.engine} if self.engine else {}), **rounding}
 
     def cli_args(self, src: Path, out: Path) -> list[str]:
         args = ["quantize", str(src), str(out), "--device", "cpu"]
+        args += [*self.data_driven, "--calib", str(src.parent / "cal")] if self.data_driven else []
         args += ["--force"] * self.force + ["--allow-pickle"] * self.allow_pickle
         args += ["--engine", self.engine] if self.engine else []
         for name in self.exclude:
@@ -234,6 +252,12 @@ CASES: tuple[BadCase, ...] = (
             (SINGLE, f"tensor '{Q_PROJ}'", "holds 1 NaN/Inf value(s) (first at [3, 5])")),
     BadCase("inf-in-a-weight", poked("fc.weight", (0, 0), float("inf")), DraftFormatError,
             (SINGLE, "tensor 'fc.weight'", "NaN/Inf")),
+    # the finite check comes before any data-driven rounding measures anything (Quark's LossError otherwise)
+    BadCase("nan-before-awq", calibrated(poked("midlayer.mlp.down_proj.weight", (2, 9), float("nan"))),
+            DraftFormatError, (SINGLE, "tensor 'midlayer.mlp.down_proj.weight'", "NaN/Inf"),
+            data_driven=("--scheme", "w4a16_int4")),
+    BadCase("inf-before-smoothing", calibrated(poked(Q_PROJ, (0, 1), float("-inf"))), DraftFormatError,
+            (SINGLE, f"tensor '{Q_PROJ}'", "NaN/Inf"), data_driven=("--scheme", "w8a8_int8", "--smooth-alpha", "0.5")),
     BadCase("d2t-beyond-target-vocab", d2t_entry(255, lambda vocab: vocab + 7), DraftFormatError,
             (SINGLE, "tensor 'd2t'", "draft id 255 maps to target id 519, expected one in [0, 512)")),
     BadCase("d2t-negative-target-id", d2t_entry(0, lambda vocab: -1), DraftFormatError,
