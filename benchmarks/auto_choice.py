@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -62,17 +64,27 @@ def bench_auto_choice(cache: Path = DEFAULT_CACHE, pair: str = "tiny", measure_a
                              str(calib), "--device", "cpu", *(["--measure-all"] if measure_all else [])],
                             cwd=REPO)    # a failure raises
     record = Manifest.read(out).auto_choice
+    # one validate of the chosen artifact on the same set: the unit auto's cost is counted in, and its verdict
+    started = time.perf_counter()
+    check = subprocess.run([eagle3_quant_bin(), "validate", str(out), "--calib", str(calib), "--reference",
+                            str(draft), "--device", "cpu", "--no-kernel", "--no-vllm", "--no-sglang"],
+                           cwd=REPO, capture_output=True, text=True)
+    validate_s = time.perf_counter() - started
     shutil.rmtree(out, ignore_errors=True)
     return {"pair": pair, "wall_s": round(measured.wall_s, 3), "peak_rss_bytes": measured.peak_rss_bytes,
             "candidates": len(record.candidates), "measured": sum(c.measured for c in record.candidates),
-            "chosen": record.chosen, "engines": record.chosen_candidate.engines, "measure_s": round(record.seconds, 3)}
+            "chosen": record.chosen, "engines": record.chosen_candidate.engines, "measure_s": round(record.seconds, 3),
+            "validate_s": round(validate_s, 3), "validate_passed": check.returncode == 0,
+            "over_validate": round(measured.wall_s / validate_s, 2)}
 
 
 def format_auto_choice(result: dict[str, Any]) -> str:
     return (f"--scheme auto on the {result.get('pair', 'tiny')} pair: {result['wall_s']:.2f} s wall "
             f"({result['measure_s']:.2f} s measuring {result.get('measured', result['candidates'])} of "
             f"{result['candidates']} candidates), peak RSS {result['peak_rss_bytes'] / 1e9:.2f} GB; chose "
-            f"{result['chosen']}")
+            f"{result['chosen']}" + (f"; one validate of it {result['validate_s']:.2f} s "
+                                    f"({'passed' if result['validate_passed'] else 'FAILED'}): auto = "
+                                    f"{result['over_validate']:.2f}x" if "validate_s" in result else ""))
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ import hashlib
 from dataclasses import dataclass
 
 from eagle3_quant.calib.dataset import PromptColumn, load_rows, pick_column, to_messages
+from eagle3_quant.calib.token_prompts import PROMPTS_TENSOR, is_token_prompts, read_token_prompts
 from eagle3_quant.errors import CalibrationDataError
 
 
@@ -67,6 +68,22 @@ def render(value, column: PromptColumn, tokenizer, for_generation: bool, where: 
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
+def _token_prompts(spec: PromptSpec) -> PromptSet:
+    """Rows of a token-id file in the same seeded order, truncated, those under min_tokens dropped."""
+    import torch
+
+    rows = read_token_prompts(spec.data)
+    order = torch.randperm(len(rows), generator=torch.Generator().manual_seed(spec.seed)).tolist()
+    kept = [row for row in order if len(rows[row]) >= spec.min_tokens][: spec.num_samples]
+    if not kept:
+        raise CalibrationDataError(f"none of {len(rows)} rows has at least {spec.min_tokens} tokens", path=spec.data,
+                                   tensor=PROMPTS_TENSOR)
+    prompts = tuple(tuple(rows[row][: spec.max_prompt_tokens]) for row in kept)
+    truncated = sum(len(rows[row]) > spec.max_prompt_tokens for row in kept)
+    skipped = sum(len(rows[row]) < spec.min_tokens for row in order[: order.index(kept[-1]) + 1])
+    return PromptSet(prompts, tuple(kept), PromptColumn(PROMPTS_TENSOR, chat=False), len(rows), skipped, truncated)
+
+
 def sample_prompts(spec: PromptSpec, tokenizer) -> PromptSet:
     """Rows in a seeded random order, rendered, filtered (< min_tokens dropped), truncated, until num_samples."""
     import torch
@@ -75,6 +92,8 @@ def sample_prompts(spec: PromptSpec, tokenizer) -> PromptSet:
         raise CalibrationDataError(f"--seq-len {spec.seq_len} leaves {spec.max_prompt_tokens} tokens for the prompt "
                                    f"after --generate-tokens {spec.generate_tokens}; need at least "
                                    f"{max(spec.min_tokens, 1)}", field="seq_len")
+    if is_token_prompts(spec.data):
+        return _token_prompts(spec)
     rows = load_rows(spec.data, spec.split, spec.subset)
     column = pick_column(rows, spec.column, spec.data)
     order = torch.randperm(len(rows), generator=torch.Generator().manual_seed(spec.seed)).tolist()

@@ -224,6 +224,24 @@ def mark_packed(tensors: Sequence[WeightTensor]) -> list[WeightTensor]:
     return out
 
 
+def unprune_vocab(tensors: Sequence[WeightTensor], before: int, vocab_size: int) -> list[WeightTensor]:
+    """The tensors as they were before `--draft-vocab` pruned them to fewer rows: lm_head (and its row scales) back
+    to `before` rows; d2t too, or dropped where `before` was the full vocabulary (the source had no d2t)."""
+    head = next((t for t in tensors if t.name == "lm_head.weight"), None)
+    if head is None or before <= head.shape[0]:
+        return list(tensors)
+    out = []
+    for t in tensors:
+        if t.name.startswith("lm_head.") and t.shape and t.shape[0] == head.shape[0]:
+            t = replace(t, shape=(before, *t.shape[1:]))
+        elif t.name in ("d2t", "t2d") and before == vocab_size:
+            continue
+        elif t.name == "d2t":
+            t = replace(t, shape=(before,))
+        out.append(t)
+    return out
+
+
 def layer_linear_modules(tensors: Iterable[WeightTensor]) -> list[str]:
     """The default plan's FP8 linears: every attention and MLP weight (fc and lm_head stay BF16)."""
     return [t.name.removesuffix(".weight") for t in tensors
@@ -322,9 +340,10 @@ class DraftCost:
 
 def tensors_cost(tensors: Sequence[WeightTensor], *, source: str, kv_heads: int, heads: int, head_dim: int,
                  draft_vocab: int | None = None, profile: DeviceProfile | None = None, k: int = 3,
-                 project_ptpc: bool | None = None) -> DraftCost:
+                 project_ptpc: bool | None = None, baseline: Sequence[WeightTensor] | None = None) -> DraftCost:
     """'written' is the tensors as stored; for an unquantized list (project_ptpc None) or project_ptpc=True,
-    the default PTPC plan's projection of them; draft_vocab projects a pruned vocabulary on top."""
+    the default PTPC plan's projection of them; draft_vocab projects a pruned vocabulary on top. The BF16 baseline
+    is `baseline` in BF16 (the source before pruning), else the tensors themselves in BF16."""
     notes = []
     quantized = any(t.dtype in FP8_DTYPES or t.unpacked for t in tensors)
     project = not quantized if project_ptpc is None else project_ptpc and not quantized
@@ -340,7 +359,7 @@ def tensors_cost(tensors: Sequence[WeightTensor], *, source: str, kv_heads: int,
         label += f" + vocab {draft_vocab:,}"
         notes.append(f"'written' projects a draft vocabulary of {draft_vocab:,} tokens (lm_head rows, d2t)")
     return DraftCost(
-        source=source, bf16=step_cost(as_bf16(tensors), "bf16"), written=step_cost(written, label),
+        source=source, bf16=step_cost(as_bf16(baseline or tensors), "bf16"), written=step_cost(written, label),
         kv_bytes_per_context_token=2 * kv_heads * head_dim * KV_CACHE_DTYPE_BYTES,
         attention_flops_per_context_token=4 * heads * head_dim, notes=tuple(notes), profile=profile, k=k,
         tensors=tuple(written))
@@ -370,6 +389,23 @@ def checkpoint_cost(src: str | Path, *, revision: str | None = None, draft_vocab
                           source.path / "config.json")
     tensors = mark_packed([WeightTensor(name, info.shape, info.dtype)
                            for name, info in sorted(checkpoint.tensors.items())])
+    before = _vocab_before_pruning(source.path)
+    baseline = unprune_vocab(tensors, before, config.vocab_size) if before else None
     return tensors_cost(tensors, source=source.describe(), kv_heads=config.num_key_value_heads,
                         heads=config.num_attention_heads, head_dim=config.head_dim, draft_vocab=draft_vocab,
-                        profile=profile, k=k)
+                        profile=profile, k=k, baseline=baseline)
+
+
+def _vocab_before_pruning(folder: Path) -> int | None:
+    """The draft vocabulary before `--draft-vocab` pruned this artifact (its manifest), so that its BF16 baseline
+    is the source's, as `quantize --scheme auto` and the card count it; None for anything else."""
+    import json
+
+    from eagle3_quant.records.manifest import MANIFEST_NAME
+
+    try:
+        pruning = json.loads((folder / MANIFEST_NAME).read_text()).get("vocab_pruning") or {}
+        before = pruning.get("draft_vocab_before")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return before if isinstance(before, int) and before > 0 else None

@@ -13,8 +13,8 @@ from eagle3_quant.reading.layout import Part, fused_groups
 from eagle3_quant.schemes import AUTO_ENGINE, Scheme, resolve_group
 
 DEFAULT_EXCLUDE_REASONS = {
-    "fc": "default: fuses the aux hidden states; SGLang cannot load it FP8",
-    "lm_head": "default: output head, BF16 as in AMD's FP8 drafts",
+    "fc": "default: fuses the aux hidden states; SGLang cannot load it quantized",
+    "lm_head": "default: output head, kept BF16 as AMD's published drafts keep it",
 }
 # measured in docs/families.md (benchmarks/studies/mla_kv_b.py): as costly as any other layer, for 0.3% of the
 # parameters

@@ -70,7 +70,7 @@ class TensorQuantSpec:
         if self.mx:
             where = f"per group of {self.group_size} (E8M0 scales)"
         elif self.nvfp4:
-            where = f"per group of {self.group_size} (FP8 E4M3 scales, one FP32 scale a tensor)"
+            where = f"per group of {self.group_size} (E4M3 scales, one FP32 scale a tensor)"
         elif self.granularity == "per_group":
             where = f"per group of {self.group_size} ({'symmetric' if self.symmetric else 'scales and zero points'})"
         else:
@@ -144,13 +144,13 @@ class Scheme:
 _SGLANG_NO_DENSE_W4A8 = ("sglang", "SGLang 0.5.23's Quark loader has no dense linear scheme for MXFP4 weights with "
                                    "FP8 activations (W4A8 is MoE-only)")
 
-_SGLANG_NO_MXFP6 = ("sglang", "SGLang 0.5.23's Quark loader builds only MXFP4 (QuarkW4A4MXFP4) and FP8 linear schemes: "
-                              "MXFP6 weights raise 'No quark compatible scheme was found'")
+_SGLANG_NO_MXFP6 = ("sglang", "SGLang 0.5.23's Quark loader has no linear scheme for MXFP6 weights (quark.py "
+                              "_get_scheme_from_config): they raise 'No quark compatible scheme was found'")
 
 
 def _sglang_none(what: str) -> tuple[str, str]:
-    return ("sglang", f"SGLang 0.5.23's Quark loader builds only FP8 W8A8 and MXFP4 W4A4 linear schemes "
-                      f"(quark.py _get_scheme_from_config): {what} raise 'No quark compatible scheme was found'")
+    return ("sglang", f"SGLang 0.5.23's Quark loader has no linear scheme for {what} (quark.py "
+                      "_get_scheme_from_config): they raise 'No quark compatible scheme was found'")
 
 
 def _mxfp6_scheme(element: str) -> Scheme:
@@ -249,7 +249,7 @@ SCHEMES: dict[str, Scheme] = {
         ),
         Scheme(
             name="nvfp4",
-            summary="NVFP4 weights and activations (E2M1, one FP8 E4M3 scale per 16 inputs and one FP32 scale a "
+            summary="NVFP4 weights and activations (E2M1, one E4M3 scale per 16 inputs and one FP32 scale a "
                     "tensor; activations dynamic per group, static per tensor); needs calibration data (--calib)",
             weight=nvfp4_spec(dynamic=False),
             input=nvfp4_spec(dynamic=True),
@@ -303,6 +303,35 @@ def scheme_label(name: str | None) -> str:
     """What a table calls a linear quantized with scheme `name` (None or unknown: the default scheme's): its weight
     element as `describe` names it, "FP8 E4M3", "MXFP4 E2M1"; a new scheme's label comes from its own spec."""
     return SCHEMES.get(name or DEFAULT_SCHEME, SCHEMES[DEFAULT_SCHEME]).weight.describe().partition(" per")[0]
+
+
+SHORT_NAMES = {"fp8": "FP8", "int8": "INT8", "int4": "INT4", "nvfp4": "NVFP4", "mxfp8": "MXFP8"}
+
+
+def _short(spec: TensorQuantSpec) -> str:
+    if spec.kind == "mx":
+        return "MXFP4" if spec.dtype == "fp4" else "MXFP6"
+    return SHORT_NAMES.get(spec.kind, "BF16")
+
+
+def precision_label(name: str | None) -> str:
+    """The one word every printed or published line uses for scheme `name`'s quantized linears: FP8, INT8, INT4,
+    NVFP4, MXFP4, MXFP6 or MXFP8 (None or unknown: the default scheme's)."""
+    return _short(SCHEMES.get(name or DEFAULT_SCHEME, SCHEMES[DEFAULT_SCHEME]).weight)
+
+
+def precision_words(name: str | None) -> str:
+    """The weights' and the activations' precision when they differ ("MXFP4 weights, FP8 activations", "INT4
+    weights, BF16 activations"), else the label alone."""
+    scheme = SCHEMES.get(name or DEFAULT_SCHEME, SCHEMES[DEFAULT_SCHEME])
+    weights, inputs = _short(scheme.weight), _short(scheme.input) if scheme.input.quantized else "BF16"
+    return weights if weights == inputs else f"{weights} weights, {inputs} activations"
+
+
+def amd_gemm(name: str | None) -> str:
+    """What runs the scheme's linears on AMD GPUs, from the registry's kernel table."""
+    scheme = SCHEMES.get(name or DEFAULT_SCHEME, SCHEMES[DEFAULT_SCHEME])
+    return dict(scheme.gemm).get("amd", "")
 
 
 ENGINES = ("vllm", "sglang")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from dataclasses import dataclass, field, replace
@@ -53,6 +54,7 @@ class QuantizeResult:
     loader_check: LoaderCheck
     seconds: float
     timings: dict[str, float] = field(default_factory=dict)   # stage -> wall seconds
+    warnings: tuple[str, ...] = ()      # what the written artifact already says validate will find
 
     @property
     def manifest_path(self) -> Path:
@@ -91,22 +93,56 @@ def quantize_draft(src: str | Path, out: str | Path, options: QuantizeOptions | 
     `calib`), as-is keeps them.
     """
     opts = build_options(QuantizeOptions, options, overrides)
+    started = time.perf_counter()
     command = public_command("quantize", (src, out), opts)     # what the manifest records: no local path
     with claimed_output(Path(out), opts.force, Path(src)):   # one writer per OUT, from the first check to the rename
-        if opts.scheme == AUTO_SCHEME:
-            return _quantize_auto(src, out, opts, command, progress)
-        if opts.quantize_lm_head or opts.draft_vocab is not None:
-            return _quantize_pruned(src, out, opts, command)
-        if opts.smooth_alpha is not None:
-            return _quantize_smoothed(src, out, opts, command)
-        if get_scheme(opts.scheme).rounding == "awq" and not (opts.rtn or opts.gptq):
-            return _quantize_awq(src, out, opts, command)
-        if opts.allow_pickle:
-            source = resolve_source(src, opts.revision, include_pickle=True)
-            if pickle_only(source.path):
-                with pickle_converted(source.path, Path(out), opts.force) as converted:
-                    return _quantize(converted, out, replace(opts, revision=None), command, origin=source)
-        return _quantize(src, out, opts, command)
+        result = _dispatch(src, out, opts, command, progress)
+    warning = sqnr_warning(result.output, result.manifest)
+    return replace(result, seconds=time.perf_counter() - started,   # the whole verb, pre-passes included
+                   warnings=(warning,) if warning else ())
+
+
+def sqnr_warning(out: Path, manifest: Manifest) -> str | None:
+    """When the written weights' lowest SQNR (validate's weight_sqnr, against the source the local record names) is
+    already under the scheme's validate gate: what validate will say, and the rung `--scheme auto` would try next."""
+    from eagle3_quant.quantize.next_rung import next_rung
+    from eagle3_quant.records.artifact import open_artifact, read_reference
+    from eagle3_quant.runtime.weight_sqnr import weight_sqnr
+    from eagle3_quant.scheme_gates import gates_for_scheme
+
+    if manifest.smoothing:              # AWQ or SmoothQuant folded scales into the weights: they differ by design
+        return None
+    artifact = open_artifact(Path(out))
+    reference = read_reference(None, artifact)
+    if reference is None:
+        return None
+    rows = [row for row in weight_sqnr(artifact.files, reference) if math.isfinite(row["sqnr_db"])]
+    gate = gates_for_scheme(manifest.scheme.name).min_weight_sqnr_db
+    worst = min(rows, key=lambda row: row["sqnr_db"], default=None)
+    if worst is None or worst["sqnr_db"] >= gate:
+        return None
+    hint = next_rung(manifest, reference)
+    return (f"the lowest weight SQNR, {worst['sqnr_db']:.1f} dB ({worst['module']}), is under {manifest.scheme.name}'s "
+            f"validate gate of {gate} dB: validate will fail it" + (f"; try {hint}" if hint else ""))
+
+
+def _dispatch(src: str | Path, out: str | Path, opts: QuantizeOptions, command: list[str],
+              progress: Progress) -> QuantizeResult:
+    if opts.scheme == AUTO_SCHEME:
+        return _quantize_auto(src, out, opts, command, progress)
+    if opts.quantize_lm_head or opts.draft_vocab is not None:
+        return _quantize_pruned(src, out, opts, command)
+    if opts.smooth_alpha is not None:
+        return _quantize_smoothed(src, out, opts, command, progress)
+    if get_scheme(opts.scheme).rounding == "awq" and not (opts.rtn or opts.gptq):
+        return _quantize_awq(src, out, opts, command, progress)
+    if opts.allow_pickle:
+        source = resolve_source(src, opts.revision, include_pickle=True)
+        if pickle_only(source.path):
+            with pickle_converted(source.path, Path(out), opts.force) as converted:
+                return _quantize(converted, out, replace(opts, revision=None), command, origin=source,
+                                 progress=progress)
+    return _quantize(src, out, opts, command, progress=progress)
 
 
 def _quantize_auto(src: str | Path, out: str | Path, opts: QuantizeOptions, command: list[str],
@@ -169,22 +205,26 @@ def _quantize_pruned(src: str | Path, out: str | Path, opts: QuantizeOptions, co
                          vocab_pruning=record.to_dict(), auto_choice=auto_choice, taps=taps)
 
 
-def _quantize_smoothed(src: str | Path, out: str | Path, opts: QuantizeOptions, command: list[str]) -> QuantizeResult:
+def _quantize_smoothed(src: str | Path, out: str | Path, opts: QuantizeOptions, command: list[str],
+                       progress: Progress = SILENT) -> QuantizeResult:
     """--smooth-alpha: the smoothed BF16 draft (``quantize/smooth.py``) goes through the normal path."""
     from eagle3_quant.quantize.calibration import CALIBRATION_STEPS
     from eagle3_quant.quantize.smooth import smoothed
 
     draft = _read_served(src, opts)
     out = check_output_target(Path(out), draft.path, opts.force)
+    scan_source(draft)            # a NaN/Inf weight named before smoothing measures anything
+    progress.say(f"SmoothQuant (alpha {opts.smooth_alpha}): activation scales measured on the calibration set first")
     roles = {d.role for d in make_plan(draft, get_scheme(opts.scheme), opts.exclude, opts.quantize_fc).quantized}
     taps = _serve_taps(draft, opts)
     with smoothed(draft, opts.calib, opts.smooth_alpha, roles, out, CALIBRATION_STEPS, taps.indices) as (folder,
                                                                                                       record):
         return _quantize(folder, out, replace(opts, revision=None), command, origin=draft.source,
-                         smoothing=record.to_dict(), taps=taps)
+                         smoothing=record.to_dict(), taps=taps, progress=progress)
 
 
-def _quantize_awq(src: str | Path, out: str | Path, opts: QuantizeOptions, command: list[str]) -> QuantizeResult:
+def _quantize_awq(src: str | Path, out: str | Path, opts: QuantizeOptions, command: list[str],
+                  progress: Progress = SILENT) -> QuantizeResult:
     """AWQ (w4a16_int4's default): the AWQ-scaled BF16 draft (``quantize/awq.py``) goes through the normal path,
     rounded to nearest there."""
     from eagle3_quant.quantize.awq import awq_scaled
@@ -192,11 +232,14 @@ def _quantize_awq(src: str | Path, out: str | Path, opts: QuantizeOptions, comma
 
     draft = _read_served(src, opts)
     out = check_output_target(Path(out), draft.path, opts.force)
+    scan_source(draft)            # a NaN/Inf weight named before AWQ measures anything (Quark's LossError otherwise)
+    progress.say("AWQ (Quark's): scales searched on the calibration set first; Quark reports no progress (minutes "
+                 "on a large draft)")
     plan = make_plan(draft, get_scheme(opts.scheme), opts.exclude, opts.quantize_fc, engine=opts.engine)
     taps = _serve_taps(draft, opts)
     with awq_scaled(draft, opts.calib, plan, out, CALIBRATION_STEPS, taps.indices) as (folder, record):
         return _quantize(folder, out, replace(opts, revision=None), command, origin=draft.source,
-                         smoothing=record.to_dict(), taps=taps)
+                         smoothing=record.to_dict(), taps=taps, progress=progress)
 
 
 def _read_served(src: str | Path, opts: QuantizeOptions):
@@ -223,7 +266,8 @@ def _in_memory(scheme, opts: QuantizeOptions) -> bool:
 def _quantize(src: str | Path, out: str | Path, opts: QuantizeOptions, command: list[str],
               origin: DraftSource | None = None,
               vocab_pruning: dict | None = None, auto_choice: AutoChoiceRecord | None = None,
-              smoothing: dict | None = None, taps: TapsDecision | None = None) -> QuantizeResult:
+              smoothing: dict | None = None, taps: TapsDecision | None = None,
+              progress: Progress = SILENT) -> QuantizeResult:
     started = time.perf_counter()
     chosen = get_scheme(opts.scheme)
     exclude, quantize_fc, calib, auto_exclude = opts.exclude, opts.quantize_fc, opts.calib, opts.auto_exclude
@@ -264,6 +308,11 @@ def _quantize(src: str | Path, out: str | Path, opts: QuantizeOptions, command: 
         with timer.stage("import quark.torch (wait)"):
             timer.seconds["import quark.torch (background)"] = quark_import.result()[1]
         calibration = gptq = None
+        if chosen.needs_calibration or opts.gptq:
+            what = " and ".join(x for x, on in (("GPTQ rounding", opts.gptq),
+                                                ("static input scales", chosen.needs_calibration)) if on)
+            progress.say(f"Quark: {what} measured on the calibration set; Quark reports no progress (minutes on a "
+                         "large draft)")
         with timer.stage("quark"):
             if _in_memory(chosen, opts):
                 from eagle3_quant.quantize.quark_memory import run_in_memory

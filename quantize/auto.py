@@ -39,6 +39,8 @@ from eagle3_quant.util.progress import SILENT, Progress, Throughput, clock
 
 AUTO_K = CALIBRATION_STEPS      # draft steps per chain: vLLM's usual num_speculative_tokens, validate's default k
 MIN_SAMPLES = 8                 # fewer: a bootstrap over samples has no interval worth gating on
+PROBE_SHARE = 4                 # each candidate first on 1/4 of the samples: stopped there when clearly failing
+PROBE_MIN_SAMPLES = 8
 
 
 @dataclass(frozen=True)
@@ -100,11 +102,21 @@ def _line(o: Outcome, index: int, total: int, left: float | None, certain: bool)
 
 def measure_ladder(measurer: Measurer, ladder: Ladder, settings: AutoSettings, samples: int,
                    progress: Progress = SILENT) -> list[Outcome]:
-    """Cheapest first; after the first keeper the rest are not measured (unless measure_all)."""
+    """Cheapest first; after the first keeper the rest are not measured (unless measure_all). Each candidate is first
+    measured on a quarter of the samples and stopped there when its ratio's interval lies wholly below the gate
+    (measure_all measures every sample of every candidate)."""
     runnable = [c for c in ladder.candidates if c.left_out is None]
+    probe = None if settings.measure_all or samples < 2 * PROBE_MIN_SAMPLES else \
+        max(PROBE_MIN_SAMPLES, samples // PROBE_SHARE)
     progress.say(f"--scheme auto: {len(runnable)} of {len(ladder.candidates)} candidates to measure, cheapest "
                  f"first{'' if settings.measure_all else ' up to the first that keeps the gate'}, on {samples} "
                  "samples; the BF16 draft first")
+    reasons: dict[str, list[str]] = {}
+    for cand in ladder.candidates:
+        if cand.left_out is not None:
+            reasons.setdefault(cand.left_out, []).append(cand.name)
+    for reason, names in reasons.items():
+        progress.say(f"  left out, {reason}: {', '.join(names)}")
     outcomes, kept = [], False
     with progress.task("--scheme auto", samples * (1 + len(runnable)), unit="samples") as advance:
         def tick() -> None:
@@ -124,9 +136,18 @@ def measure_ladder(measurer: Measurer, ladder: Ladder, settings: AutoSettings, s
                 progress.say(f"  {cand.scheme}{' with fc' if cand.quantize_fc else ''}: Quark writes it to a "
                              "temporary folder first (its scales come from Quark's own run)")
             try:
-                trial = measurer.measure(cand, tick)
+                trial = measurer.measure(cand, tick, probe, settings.gate)
             except Eagle3QuantError as exc:      # quantize refuses to write it (its own check, before any work)
                 outcomes.append(Outcome(cand, None, f"left out: quantize refuses it: {exc.message}"))
+                continue
+            if trial.probed is not None:
+                for _ in range(samples - trial.probed):     # the samples it was spared, so the time left stays true
+                    tick()
+                outcomes.append(Outcome(cand, trial, f"missed: stopped after {trial.probed} of {samples} samples, "
+                                                     f"upper bound {trial.paired.high:.4f} < {settings.gate}"))
+                timed.add(1)
+                progress.say(_line(outcomes[-1], timed.items, len(runnable), timed.seconds_left(),
+                                   settings.measure_all))
                 continue
             missed = misses(trial, settings.gate)
             outcomes.append(Outcome(cand, trial, KEPT if not missed else "missed: " + "; ".join(missed)))

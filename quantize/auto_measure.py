@@ -39,6 +39,8 @@ from eagle3_quant.runtime.acceptance import (
     PairedRatio,
     acceptance_stats,
     draft_chains,
+    first_samples,
+    joined,
     paired_ratio,
     top1_agreement,
 )
@@ -57,6 +59,7 @@ class Trial:
     min_sqnr_db: float | None
     coverage: float | None
     seconds: float
+    probed: int | None = None       # stopped after this many samples: clearly failing there (None: all measured)
 
 
 class _Samples:
@@ -208,7 +211,10 @@ class Measurer:
                 self._written_weights(scheme, fc)
         return self.weights[key]
 
-    def measure(self, cand: Candidate, on_sample: Callable[[], None] | None = None) -> Trial:
+    def measure(self, cand: Candidate, on_sample: Callable[[], None] | None = None, probe: int | None = None,
+                gate: float | None = None) -> Trial:
+        """`cand` on the calibration set; with `probe` and `gate`, on the first `probe` samples first, stopping
+        there when the ratio's 95% interval lies wholly below `gate` (the rest could not lift it to the gate)."""
         import time
 
         started = time.perf_counter()
@@ -223,16 +229,27 @@ class Measurer:
         coverage = None
         if cand.draft_vocab is not None:
             coverage = self._prune(swaps, runtime, cand.draft_vocab)
+        reference, probed = self.drafts(), None
         try:
-            chains = draft_chains(runtime, self.samples, self.k, on_sample=on_sample)
+            if probe is not None and gate is not None and probe < len(reference.accepted):
+                chains = draft_chains(runtime, self.samples, self.k, max_samples=probe, on_sample=on_sample)
+                early = paired_ratio(first_samples(reference, probe).accepted, chains.accepted) \
+                    if acceptance_stats(first_samples(reference, probe).accepted, self.k).drafts else None
+                if early is not None and early.high < gate:
+                    reference, probed = first_samples(reference, probe), probe
+                else:
+                    chains = joined(chains, draft_chains(runtime, self.samples, self.k, on_sample=on_sample,
+                                                         start=probe))
+            else:
+                chains = draft_chains(runtime, self.samples, self.k, on_sample=on_sample)
         finally:
             swaps.restore()
-        reference = self.drafts()
-        paired = paired_ratio(reference.accepted, chains.accepted) if self.reference_stats().drafts else None
+        paired = paired_ratio(reference.accepted, chains.accepted) if acceptance_stats(reference.accepted,
+                                                                                       self.k).drafts else None
         sqnr = [self._sqnr(weights, scheme, m) for m in modules]
         sqnr = [v for v in sqnr if v is not None]
         return Trial(cand, paired, top1_agreement(reference, chains), min(sqnr) if sqnr else None, coverage,
-                     time.perf_counter() - started)
+                     time.perf_counter() - started, probed)
 
     def _sqnr(self, weights: _Weights, scheme: Scheme, module: str) -> float | None:
         """The module's weight SQNR as `validate` computes it from the written file (in memory: from the weight

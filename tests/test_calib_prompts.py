@@ -119,3 +119,19 @@ def test_sampling_is_seeded(chat_jsonl, tokenizer):
     assert a.rows == b.rows and a.prompts == b.prompts and a.fingerprint() == b.fingerprint()
     assert a.rows != c.rows and a.fingerprint() != c.fingerprint()
     assert len(set(a.rows)) == len(a.rows) == 6
+
+
+def test_token_id_prompts_file_is_taken_as_is_in_the_seeded_order(tmp_path):
+    import torch
+    from safetensors.torch import save_file
+
+    ids = torch.arange(60).reshape(6, 10)
+    save_file({"prompts": ids}, tmp_path / "p.safetensors")
+    got = sample_prompts(spec(tmp_path / "p.safetensors", num_samples=4, seq_len=8), tokenizer=None)
+    order = torch.randperm(6, generator=torch.Generator().manual_seed(0)).tolist()[:4]
+    assert got.prompts == tuple(tuple(ids[row, :8].tolist()) for row in order) and got.rows == tuple(order)
+    assert (got.truncated, got.rows_skipped, got.dataset_rows, got.column.chat) == (4, 0, 6, False)
+    save_file({"prompts": ids.float()}, tmp_path / "f.safetensors")
+    with pytest.raises(CalibrationDataError, match="integer matrix") as refused:
+        sample_prompts(spec(tmp_path / "f.safetensors"), tokenizer=None)
+    assert refused.value.tensor == "prompts"

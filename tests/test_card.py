@@ -121,6 +121,10 @@ def test_card_without_known_base_model_is_refused_and_warns_sglang_for_quantized
     with pytest.raises(PublishError) as refused:
         make_card(out, "org/x-fp8", write=False)
     assert refused.value.field == "base_model" and "pass --base-model ORG/NAME" in str(refused.value)
+    with pytest.raises(PublishError) as refused:      # every missing name in one error, not one per run
+        make_card(out, None, write=False)
+    assert refused.value.field == "repo_id, base_model"
+    assert "pass --repo-id ORG/NAME --base-model ORG/NAME" in str(refused.value)
     card = make_card(out, "org/x-fp8", base_model="org/draft", write=False)
     assert card.metadata["base_model"] == "org/draft" and card.metadata["base_model_relation"] == "quantized"
     assert card.metadata["license"] == "apache-2.0"

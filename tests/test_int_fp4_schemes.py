@@ -42,7 +42,7 @@ def test_new_schemes_are_registered_with_what_the_ladder_and_the_kernel_check_re
         True, False, "awq", False)
     assert int4.weight.describe() == "INT4 per group of 128 (scales and zero points), static"
     assert int4.input.describe() == "BF16 (not quantized)" and not int4.static_input
-    assert nvfp4.weight.describe().startswith("NVFP4 E2M1 per group of 16 (FP8 E4M3 scales")
+    assert nvfp4.weight.describe().startswith("NVFP4 E2M1 per group of 16 (E4M3 scales")
     assert mxfp8.weight.describe() == "MXFP8 E4M3 per group of 32 (E8M0 scales), static"
     for name in NEW:      # SGLang 0.5.23's Quark parser builds FP8 W8A8 and MXFP4 W4A4 only
         assert SCHEMES[name].engines == ("vllm",)
@@ -78,7 +78,7 @@ def test_options_accept_each_scheme_with_its_data():
 
 def test_sglang_refusal_is_one_line_before_the_draft_is_read(make_draft, tmp_path):
     src = make_draft()
-    with pytest.raises(SchemeError, match=r"nvfp4 cannot be served by sglang: .*NVFP4 weights raise"):
+    with pytest.raises(SchemeError, match=r"nvfp4 cannot be served by sglang: .*no linear scheme for NVFP4 weights"):
         quantize_draft(src, tmp_path / "out", scheme="nvfp4", calib=tmp_path / "none", engine="both")
     with pytest.raises(OptionsError, match="unknown engine"):
         quantize_draft(src, tmp_path / "out", scheme="w8a8_int8", engine="trt")

@@ -61,3 +61,4 @@ def test_a_manifest_listing_a_name_with_a_control_character_is_refused(quantized
     with pytest.raises(PublishError) as info:
         Manifest.read(out, PublishError)
     assert info.value.field == "outputs.path" and "'a\\rb' is not a path inside the output folder" in str(info.value)
+

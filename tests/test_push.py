@@ -270,8 +270,8 @@ def test_allow_unmeasured_publishes_and_the_card_says_so_at_the_top(make_out, hu
     assert code == 0, err
     text = ModelCard.load(REPO).text
     title, notice = text.strip().split("\n\n")[:2]
-    assert title.startswith("# ") and notice.startswith("> **Acceptance not measured.** Published with "
-                                                        "`--allow-unmeasured`")
+    assert title.startswith("# ") and notice.startswith("> **Acceptance not measured.** Neither `eagle3-quant "
+                                                        "validate --calib`")
 
 
 def test_an_engine_measurement_alone_is_proof_and_a_measured_card_has_no_notice(make_out, hub, hub_client):

@@ -289,6 +289,8 @@ def test_tiny_pair_auto_stops_at_the_first_keeper_which_validate_passes(auto_on_
     assert (manifest.vocab_pruning or {}).get("draft_vocab") == chosen.draft_vocab
     config = json.loads((out / "config.json").read_text())
     assert config["draft_vocab_size"] == (chosen.draft_vocab or 768)
+    cost = checkpoint_cost(out)         # `cost` of the artifact counts the same BF16 baseline and step as auto did
+    assert (cost.bf16.total_bytes, cost.written.total_bytes) == (record.bf16_step_bytes, chosen.step_bytes)
     # validate on the same set, with the scheme's default gates: it passes them, measuring what auto measured
     report = validate_draft(out, reference=auto_pair.draft, calib=auto_pair.calib, target=auto_pair.target,
                             kernel=False, vllm=False, sglang=False)

@@ -142,7 +142,7 @@ def test_the_card_states_each_engines_layers_and_the_acceptance_under_each(artif
     assert "| vLLM, model runner V1 | `hidden_states[0, 1, 2]` | `hidden_states[1, 2, 3]` |" in text
     assert "| SGLang 0.5.23 | `hidden_states[1, 2, 3]` | `hidden_states[1, 2, 3]` |" in text
     assert "cannot run: [2, 2, 1] names a layer twice" in text
-    assert f"Written: `{AUX_KEY}` = [1, 2, 3] (was None). No weight was changed for this." in text
+    assert f"Written: `{AUX_KEY}` = [1, 2, 3] (not set before). No weight was changed for this." in text
     rows = {cells[1]: cells for cells in (line.strip("| ").split(" | ") for line in text.splitlines()
                                           if line.startswith("| `hidden_states["))}
     assert rows.keys() == {f"{EVERYONE} (served)", "source:vllm"}

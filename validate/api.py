@@ -1,4 +1,4 @@
-"""`validate_draft`: prove an FP8 draft still works - structure, fidelity to its BF16 reference, kernel path."""
+"""`validate_draft`: prove a quantized draft still works - structure, fidelity to its BF16 reference, kernel path."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 
 from eagle3_quant.errors import DraftFormatError, Eagle3QuantError
-from eagle3_quant.options import build_options
+from eagle3_quant.options import build_options, require_device
 from eagle3_quant.reading.artifact import Fp8Artifact
 from eagle3_quant.reading.draft import DraftCheckpoint
 from eagle3_quant.reading.layout import EMBEDDING_NAMES
@@ -16,11 +16,11 @@ from eagle3_quant.records.calibration import CalibrationSet, load_calibration
 from eagle3_quant.records.manifest import MANIFEST_NAME
 from eagle3_quant.records.public_names import public_name
 from eagle3_quant.records.validation_report import ValidationMetrics
-from eagle3_quant.schemes import scheme_label
+from eagle3_quant.schemes import precision_label, scheme_label
 from eagle3_quant.taps.calibration_view import target_depth
 from eagle3_quant.taps.summary import taps_metrics
-from eagle3_quant.util.formatting import interval
 from eagle3_quant.util.json_values import json_safe
+from eagle3_quant.util.progress import SILENT, Progress
 from eagle3_quant.validate.gate_choice import artifact_scheme
 from eagle3_quant.validate.kernel_check import kernel_checks, run_kernel_check
 from eagle3_quant.validate.options import ValidateOptions
@@ -75,7 +75,8 @@ def _shared_lm_head(art: Fp8Artifact, calib: CalibrationSet, target: str | Path 
 def _fidelity(art: Fp8Artifact, reference: DraftCheckpoint | None, calib: CalibrationSet | None,
               target: str | Path | None, gates: Gates, k: int, device: str | None,
               max_samples: int | None, view: CalibrationSet | None = None,
-              layers: int | None = None) -> tuple[list[Check], dict, list[dict]]:
+              layers: int | None = None, label: str = "FP8",
+              progress: Progress = SILENT) -> tuple[list[Check], dict, list[dict]]:
     """The gates on `view` (the layers vLLM feeds the artifact), and the acceptance under every candidate `calib`
     holds."""
     if reference is None or calib is None:
@@ -86,7 +87,7 @@ def _fidelity(art: Fp8Artifact, reference: DraftCheckpoint | None, calib: Calibr
 
     from eagle3_quant.runtime.loading import load_draft
     from eagle3_quant.runtime.serving import serving_numerics
-    from eagle3_quant.validate.fidelity import calibration_fidelity
+    from eagle3_quant.validate.fidelity import calibration_fidelity, fidelity_gates
 
     embedding = _embedding(art, calib, target)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -99,23 +100,30 @@ def _fidelity(art: Fp8Artifact, reference: DraftCheckpoint | None, calib: Calibr
         fp8_draft = load_draft(art.path, device, numerics.dtype, embedding=embedding, lm_head=lm_head,
                                read=(art.raw_config, art.checkpoint))
     except Eagle3QuantError as exc:
-        return [failed(name, f"the FP8 draft does not load: {exc}") for name in FIDELITY_CHECKS], {}, []
-    result = calibration_fidelity(fp8_draft, bf16_draft, view, k, max_samples)
+        return [failed(name, f"the {label} draft does not load: {exc}") for name in FIDELITY_CHECKS], {}, []
+    total = view.num_samples if max_samples is None else min(max_samples, view.num_samples)
+    with progress.task("fidelity: both drafts on the calibration set", total, unit="samples") as advance:
+        result = calibration_fidelity(fp8_draft, bf16_draft, view, k, max_samples, advance)
     metrics = {**result.metrics(), "compute_dtype": numerics.dtype_name, "prediction": numerics.record(),
                "device": device, "aux_layer_ids": list(view.info.aux_layer_ids)}
     rows = candidate_rows(art.config, calib, layers, fp8_draft, bf16_draft, k, max_samples, view.info.aux_layer_ids,
                           (result.reference, result.candidate))
-    checks = [gate("top1_agreement", result.top1_agreement, gates.min_top1_agreement,
-                   f"step-0 top-1 agreement with the BF16 draft over {result.positions} positions")]
-    if result.ratio is None:
-        checks.append(failed("acceptance_ratio", "no chain start in the calibration set is a greedy continuation "
-                                                 "of the target (calibrate with generated tokens)"))
-    else:
-        what = (f"acceptance length FP8 {result.candidate.acceptance_length:.3f} / BF16 "
-                f"{result.reference.acceptance_length:.3f} at k={k} over {result.reference.drafts} chains "
-                f"(95% CI {interval(result.ratio.low, result.ratio.high)}); ratio")
-        checks.append(gate("acceptance_ratio", result.ratio.ratio, gates.min_acceptance_ratio, what))
+    checks = fidelity_gates(result, gates, label, k)
     return checks, metrics, rows
+
+
+def _with_next_rung(checks: list[Check], artifact: QuantizedArtifact, reference: DraftCheckpoint | None
+                    ) -> list[Check]:
+    """A missed fidelity gate names what to try next: the rung `--scheme auto` would measure after this one."""
+    missed = [c for c in checks if c.status == "failed" and c.name in FIDELITY_CHECKS]
+    if not missed or reference is None:
+        return checks
+    from eagle3_quant.quantize.next_rung import next_rung
+
+    hint = next_rung(artifact.manifest, reference)
+    if hint is None:
+        return checks
+    return [dataclasses.replace(c, detail=f"{c.detail}; try {hint}") if c in missed else c for c in checks]
 
 
 def _sqnr(artifact: QuantizedArtifact, reference: DraftCheckpoint | None, gates: Gates) -> tuple[Check, list[dict]]:
@@ -127,11 +135,11 @@ def _sqnr(artifact: QuantizedArtifact, reference: DraftCheckpoint | None, gates:
     folded = artifact.smoothed_tensors     # --smooth-alpha: these weights hold its scales, the reference does not
     layers = [layer for layer in weight_sqnr(art, reference) if layer["module"] + ".weight" not in folded]
     if not layers and folded:
-        return skipped("weight_sqnr", "--smooth-alpha folded its scales into every FP8 weight: the reference's "
+        return skipped("weight_sqnr", "--smooth-alpha folded its scales into every quantized weight: the reference's "
                                       "weights differ from them by design (the export compared them with the "
                                       "smoothed source)"), []
     if not layers:
-        return failed("weight_sqnr", "no FP8 weight has a counterpart of the same shape in the reference"), []
+        return failed("weight_sqnr", "no quantized weight has a counterpart of the same shape in the reference"), []
     worst = min(layers, key=lambda layer: -math.inf if math.isnan(layer["sqnr_db"]) else layer["sqnr_db"])
     return gate("weight_sqnr", worst["sqnr_db"], gates.min_weight_sqnr_db,
                 f"lowest weight SQNR in dB ({worst['module']})"), layers
@@ -142,7 +150,7 @@ def _vllm_load(out: Path, view: CalibrationSet | None, unreadable: bool, enabled
     if not enabled:
         return skipped(VLLM_CHECK, "vLLM check turned off (--no-vllm)")
     if unreadable:
-        return skipped(VLLM_CHECK, "the FP8 weights or scales are malformed (fp8_weights)")
+        return skipped(VLLM_CHECK, "the quantized weights or scales are malformed (fp8_weights)")
     return check_vllm_load(out, VllmLoadOptions(calib=view.path if view is not None else None,
                                                 taps=view.info.aux_layer_ids if view is not None else None,
                                                 num_target_layers=layers))
@@ -172,21 +180,29 @@ def _target_precision(cal: CalibrationSet) -> dict:
 
 def validate_draft(out: str | Path, options: ValidateOptions | None = None, *,
                    artifact: QuantizedArtifact | None = None, reference_checkpoint: DraftCheckpoint | None = None,
-                   **overrides) -> ValidationReport:
-    """Validate the FP8 draft OUT; write the JSON report (default OUT/validation.json) and return it.
+                   progress: Progress = SILENT, **overrides) -> ValidationReport:
+    """Validate the quantized draft OUT; write the JSON report (default OUT/validation.json) and return it.
 
     `options` (a `ValidateOptions`; keywords override its fields): `reference`, the BF16 draft (default: the
     manifest's source folder if it still exists); `calib`, a calibration set (``eagle3-quant calibrate``) for the
     data checks; `target`, where to take the token embedding from when the draft has none (default: the
     calibration set's target); `k`, draft steps per chain; `gates`, a Gates or a mapping of its fields; `vllm`,
     run the ``vllm_load`` check (vLLM's own loader and forward, in a subprocess; ``skipped`` without vLLM);
-    `sglang`, run the ``sglang_load`` check (SGLang's own loader; ``skipped`` without SGLang).
+    `sglang`, run the ``sglang_load`` check (SGLang's own loader; ``skipped`` without SGLang); `progress`, where
+    each phase and the samples done are told (the CLI's bar; silent by default).
     Bad inputs raise an Eagle3QuantError; a draft that fails a check returns a report with ``passed`` False.
     """
     opts = build_options(ValidateOptions, options, overrides)
+    from eagle3_quant.records.gguf_artifact import is_gguf_artifact
+
+    if artifact is None and is_gguf_artifact(Path(out).expanduser()):
+        from eagle3_quant.validate.gguf import validate_gguf
+
+        return validate_gguf(Path(out).expanduser().resolve(), opts)
     reference, calib, report, gates = opts.reference, opts.calib, opts.report, opts.gates
     k, target, device, kernel, max_samples = opts.k, opts.target, opts.device, opts.kernel, opts.max_samples
     vllm, sglang = opts.vllm, opts.sglang
+    require_device(device)
     out = Path(out).expanduser().resolve()
     artifact = artifact or open_artifact(out)
     if artifact.manifest_error is not None:   # a manifest present must be well-formed, its paths inside OUT
@@ -209,21 +225,26 @@ def validate_draft(out: str | Path, options: ValidateOptions | None = None, *,
     sqnr_check, layers = _sqnr(artifact, ref, gates)
     checks.append(sqnr_check)
     fidelity_checks, metrics, taps_rows = _fidelity(art, ref, cal, target, gates, k, device, max_samples, view,
-                                                    depth_known)
-    checks += fidelity_checks
+                                                    depth_known, precision_label(scheme), progress)
+    checks += _with_next_rung(fidelity_checks, artifact, ref)
     if layers:
         metrics["min_weight_sqnr_db"] = sqnr_check.data["value"]
     metrics["taps"] = taps_metrics(art.config, depth_known, taps_rows)
     unreadable = any(c.name == "fp8_weights" and c.status == "failed" for c in checks)
     if kernel and not unreadable:
+        progress.say("kernel check: the quantized linears on this device")
         kernel_result = run_kernel_check(out, device)
         checks += kernel_checks(kernel_result)
     else:
-        reason = "the FP8 weights or scales are malformed (fp8_weights)" if unreadable else \
+        reason = "the quantized weights or scales are malformed (fp8_weights)" if unreadable else \
             "kernel check turned off (--no-kernel)"
         kernel_result = {"status": "skipped", "reason": reason}
         checks.append(skipped("kernel_path", reason))
+    if vllm and not unreadable:
+        progress.say("vLLM load check: vLLM's own loader and forward, in a child process")
     checks.append(_vllm_load(out, view, unreadable, vllm, depth_known))
+    if sglang:
+        progress.say("SGLang load check: SGLang's own loader, in a child process")
     checks.append(sglang_load_check(out, num_target_layers=depth_known) if sglang
                   else skipped(SGLANG_CHECK, "turned off (--no-sglang)"))
     calibration = None if cal is None else {"path": public_name(cal.path.resolve()), "samples": cal.num_samples,

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from eagle3_quant.reading.artifact import quant_spec
 from eagle3_quant.runtime.quant_linears import KIND_NAMES
 from eagle3_quant.validate.report import Check, failed, passed
 
@@ -31,9 +32,7 @@ def _scale_problem(name: str, info) -> str | None:
 
 
 def config_weight_dtype(art: Fp8Artifact) -> str | None:
-    weight = (art.quant_config.get("global_quant_config") or {}).get("weight")
-    weight = weight[0] if isinstance(weight, list) and weight else weight
-    return weight.get("dtype") if isinstance(weight, dict) else None
+    return quant_spec(quant_spec(art.quant_config.get("global_quant_config")).get("weight")).get("dtype")
 
 
 def check_quant_weights(art: Fp8Artifact) -> Check:

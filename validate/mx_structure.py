@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from eagle3_quant.reading.artifact import quant_spec
 from eagle3_quant.reading.mx_format import MX_BLOCK, element_bits_of
 from eagle3_quant.validate.report import Check, failed, passed
 
@@ -22,7 +23,7 @@ def check_mx_weights(art: Fp8Artifact) -> Check:
     without NaN (0xFF), one element width for all, an input
     scale (one finite positive F32) exactly when the config declares static inputs; no other quantized dtype."""
     tensors, problems = art.checkpoint.tensors, []
-    inputs = (art.quant_config.get("global_quant_config") or {}).get("input_tensors") or {}
+    inputs = quant_spec(quant_spec(art.quant_config.get("global_quant_config")).get("input_tensors"))
     static = bool(inputs) and not inputs.get("is_dynamic")
     widths = set()
     for module in art.mx_modules:

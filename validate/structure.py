@@ -10,7 +10,7 @@ from safetensors import safe_open
 
 from eagle3_quant.engines.vllm.loader_compat import check_loader_compat, loader_family
 from eagle3_quant.quantize.verify_export import same_bytes
-from eagle3_quant.reading.artifact import MX_ELEMENT_DTYPES, Fp8Artifact
+from eagle3_quant.reading.artifact import MX_ELEMENT_DTYPES, Fp8Artifact, quant_spec
 from eagle3_quant.reading.draft import DraftCheckpoint
 from eagle3_quant.reading.mx_format import packed_width
 from eagle3_quant.reading.mx_layout import mx_unpacked_shape
@@ -39,7 +39,7 @@ def check_fp8_weights(art: Fp8Artifact) -> Check:
     if art.quant_linears:
         return check_quant_weights(art)
     tensors, problems = art.checkpoint.tensors, []
-    per_channel = (art.quant_config.get("global_quant_config") or {}).get("weight", {}).get("qscheme") \
+    per_channel = quant_spec(quant_spec(art.quant_config.get("global_quant_config")).get("weight")).get("qscheme") \
         == "per_channel"
     for module in art.fp8_modules:
         weight = tensors[module + ".weight"]
@@ -100,7 +100,7 @@ def check_finite(art: Fp8Artifact) -> Check:
             problems.append(f"{info.name} holds {bad} NaN/Inf value(s)")
     if problems:
         return failed("finite", _listed(problems))
-    return passed("finite", f"no NaN/Inf (FP8 NaN encodings included) in {checked} float tensors")
+    return passed("finite", f"no NaN/Inf (the quantized dtypes' NaN encodings included) in {checked} float tensors")
 
 
 def check_unchanged(artifact: QuantizedArtifact, reference: DraftCheckpoint | None) -> Check:
@@ -166,11 +166,10 @@ def _config_problems(artifact: QuantizedArtifact, reference: DraftCheckpoint | N
     qc, problems = art.quant_config, []
     if not qc:
         return ["config.json has no quantization_config"]
-    global_config = qc.get("global_quant_config") or {}
-    weight, inputs = global_config.get("weight") or {}, global_config.get("input_tensors") or {}
+    global_config = quant_spec(qc.get("global_quant_config"))
+    weight, inputs = quant_spec(global_config.get("weight")), quant_spec(global_config.get("input_tensors"))
     if art.quant_linears:      # INT8, INT4, NVFP4, MXFP8: the config's weight dtype is quant_weights' check
         weight = {"dtype": config_weight_dtype(art)}
-        inputs = inputs[0] if isinstance(inputs, list) and inputs else inputs
     expected = MX_ELEMENT_DTYPES if art.mx_modules else (config_weight_dtype(art),) if art.quant_linears else \
         ("fp8_e4m3",)
     if weight.get("dtype") not in expected:

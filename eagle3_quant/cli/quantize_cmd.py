@@ -56,7 +56,7 @@ def quantize_command(
     measure_all: Annotated[bool, typer.Option("--measure-all", help=help_of(Q, "measure_all"))]
     = default(Q, "measure_all"),
 ) -> None:
-    """Quantize a draft to FP8 with AMD Quark; write config.json that vLLM loads unedited, and a manifest."""
+    """Quantize a draft with AMD Quark (FP8 PTPC, or --scheme); write a config.json vLLM loads unedited, a manifest."""
     from eagle3_quant.cli.progress import TerminalProgress
     from eagle3_quant.cli.render import console, print_loader_check
     from eagle3_quant.quantize.api import quantize_draft
@@ -85,6 +85,8 @@ def quantize_command(
                   f"({result.plan.scheme.name}), "
                   f"{len(result.plan.excluded)} kept BF16; manifest {result.manifest_path.name}")
     console.print(f"for {result.plan.engines.describe()}", markup=False)
+    for warning in result.warnings:
+        console.print(f"warning: {warning}", markup=False)
     rounded = result.manifest.gptq
     if rounded:
         console.print(f"GPTQ: {sum(len(g) for g in rounded['order'])} linears rounded on {rounded['samples']} "

@@ -1,5 +1,6 @@
-"""The table of `quantize --scheme auto`: every candidate, its step bytes, acceptance and gate, or why it was not
-measured; the choice and the devices that run it natively."""
+"""The table of `quantize --scheme auto`: the candidates measured, their step bytes, acceptance and gate (every row,
+with why the others were not measured, with --measure-all and in the manifest); the choice and the devices that run
+it natively."""
 
 from __future__ import annotations
 
@@ -26,9 +27,16 @@ def print_auto_choice(record: AutoChoiceRecord) -> None:
     table = Table(title=gate_title(record))
     for column in TABLE_HEADER:      # numbers whole; names and reasons wrap
         table.add_column(column, no_wrap=column in NUMBER_COLUMNS, overflow="fold")
+    hidden = 0
     for row, candidate in zip(table_rows(record), record.candidates, strict=True):
+        if not (candidate.measured or candidate.chosen or record.measure_all):
+            hidden += 1         # one screen: what was measured; the manifest holds every row
+            continue
         table.add_row(*row, style="bold green" if candidate.chosen else None)
     console.print(table)
+    if hidden:
+        console.print(f"  {hidden} more candidates not measured (left out, or dearer than the choice): every row is "
+                      f"in the manifest's auto_choice; --measure-all measures them all", markup=False)
     for reason in record.skipped:
         console.print(f"  not in the ladder: {reason}")
     chosen = record.chosen_candidate

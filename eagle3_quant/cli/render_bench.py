@@ -82,7 +82,7 @@ def print_bench(result) -> None:
         console.print(f"concurrency sweep: skipped: {sweep.reason}")
     elif sweep.status == "measured":
         table = Table(title=f"throughput and TPOT, {sweep.input_len} in / {sweep.output_len} out")
-        for col in ("concurrency", "no draft tok/s", "BF16 tok/s (x)", "FP8 tok/s (x)", "TPOT ms none/BF16/FP8"):
+        for col in ("concurrency", "no draft tok/s", "BF16 tok/s (x)", "OUT tok/s (x)", "TPOT ms none/BF16/OUT"):
             table.add_column(col)
         for point in sweep.points or ():
             reference, artifact = point.drafts.reference, point.drafts.artifact

@@ -40,10 +40,15 @@ def print_estimate(est, written=None) -> None:
     rows = [
         (f"tokens per cycle E (k={est.k})", f"{est.tokens_per_round:.3f} (BF16 draft: {bf16})"),
         ("acceptance", est.acceptance_source),
-        ("verify (one target forward)", f"{est.verify_ms:.3f} ms (given)"),
+        ("verify (one target forward)", f"{est.verify_ms:.3f} ms (given)") if est.token_ms is None else
+        ("verify batch / one target token", f"{est.verify_ms:.3f} ms / {est.token_ms:.3f} ms ({est.device_profile})"),
         ("draft side per cycle", f"{est.draft_ms:.3f} ms: {est.draft_ms_source}"),
         ("cycle", f"{est.cycle_ms:.3f} ms; verify share {est.verify_share:.1%}"),
         ("speedup over no speculation", f"{est.speedup_vs_no_spec:.3f}x"),
+        *((("measured", f"{est.measured['speedup']:.3f}x ({est.measured['interval'][0]:.3f}.."
+                        f"{est.measured['interval'][1]:.3f}): {est.measured['what']}; the estimate is "
+                        f"{'inside' if est.measured['inside_interval'] else 'outside'} its interval"),)
+          if est.measured else ()),
         ("speedup over the BF16 draft", f"{est.speedup_vs_bf16_draft:.4f}x"
          if est.speedup_vs_bf16_draft is not None else "not measured (no BF16 acceptance or draft time)"),
     ]

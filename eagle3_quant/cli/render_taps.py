@@ -66,12 +66,12 @@ def print_serve_taps(record) -> None:
         console.print(measured)
 
 
-def print_candidates(taps: TapsMetrics) -> None:
-    """`validate`: the acceptance under each candidate the calibration set holds, BF16 and FP8."""
+def print_candidates(taps: TapsMetrics, label: str) -> None:
+    """`validate`: the acceptance under each candidate the calibration set holds, BF16 and quantized (`label`)."""
     if not taps.measured:
         return
     table = Table(title="acceptance under each candidate set of layers (calibration set, k as above)")
-    for col in ("candidate", "layers", "fed by", "BF16", "FP8"):
+    for col in ("candidate", "layers", "fed by", "BF16", label):
         table.add_column(col)
     for row in taps.measured:
         fed = ", ".join(reader(name).label for name in row.fed_by) or "-"

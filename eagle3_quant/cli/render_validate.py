@@ -67,7 +67,7 @@ def print_validation(report) -> None:
             metrics.add_row(f"acceptance length, vLLM's walk ({walk.drafts_bf16} / {walk.drafts_fp8} drafts)",
                             _fmt(walk.acceptance_length_bf16, 3), _fmt(walk.acceptance_length_fp8, 3), walk_ratio)
         metrics.add_row("top-1 agreement (step 0)", "", "", _fmt(m.top1_agreement))
-        metrics.add_row("KL(BF16 || FP8) per token", "", "", _fmt(m.kl, 6))
+        metrics.add_row(f"KL(BF16 || {report.label}) per token", "", "", _fmt(m.kl, 6))
         console.print(metrics)
         if m.prediction:
             console.print(f"predicted with {m.prediction_text} ({m.prediction.dtype_reason}) on {m.device}")
@@ -83,7 +83,7 @@ def print_validation(report) -> None:
     from eagle3_quant.cli.render_taps import print_candidates
 
     taps = m.taps or TapsMetrics()
-    print_candidates(taps)
+    print_candidates(taps, report.label)
     for note in taps.notes:
         console.print(f"[yellow]note:[/] {note}")
     verdict = "[green]PASSED[/]" if report.passed else \

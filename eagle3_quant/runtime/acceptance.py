@@ -30,6 +30,7 @@ import torch
 
 from eagle3_quant.runtime.drafting import draft_inputs
 from eagle3_quant.runtime.model import Eagle3Draft
+from eagle3_quant.util.progress import Advance
 
 BOOTSTRAP_RESAMPLES = 2000
 
@@ -188,9 +189,9 @@ class Fidelity:
 
 @torch.no_grad()
 def calibration_fidelity(candidate: Eagle3Draft, reference: Eagle3Draft, calib: CalibrationSamples, k: int,
-                         max_samples: int | None = None) -> Fidelity:
+                         max_samples: int | None = None, advance: Advance | None = None) -> Fidelity:
     """Both drafts on every calibration sample: step-0 logits compared at every position, and greedy k-step
-    chains judged against the target's next tokens on the same starts."""
+    chains judged against the target's next tokens on the same starts (`advance`: called per sample)."""
     device = reference.fc.weight.device
     agree = kl_sum = positions = 0.0
     accepted_ref, accepted_cand, walked_ref, walked_cand = [], [], [], []
@@ -217,6 +218,8 @@ def calibration_fidelity(candidate: Eagle3Draft, reference: Eagle3Draft, calib: 
             first = sample.generated_from - 1
             walked_ref.append(engine_walk(ref.target_ids[0].cpu(), sample.target_next_ids, starts, first))
             walked_cand.append(engine_walk(cand.target_ids[0].cpu(), sample.target_next_ids, starts, first))
+        if advance is not None:
+            advance(1, int(ref.target_ids.shape[1]))
     ref_stats, cand_stats = acceptance_stats(accepted_ref, k), acceptance_stats(accepted_cand, k)
     ratio = paired_ratio(accepted_ref, accepted_cand) if ref_stats.drafts else None
     walked = None
@@ -238,14 +241,17 @@ class Chains:
 
 @torch.no_grad()
 def draft_chains(draft: Eagle3Draft, calib: CalibrationSamples, k: int, max_samples: int | None = None,
-                 on_sample: Callable[[], None] | None = None) -> Chains:
+                 on_sample: Callable[[], None] | None = None, start: int = 0) -> Chains:
     """The chains of `calibration_fidelity` for one draft, so that a reference drafted once pairs with many
-    candidates (``paired_ratio``, ``top1_agreement``): the same starts, counts and step-0 ids as there."""
+    candidates (``paired_ratio``, ``top1_agreement``): the same starts, counts and step-0 ids as there. Samples
+    `start` up to `max_samples` (an index, not a count)."""
     device = draft.fc.weight.device
     first, accepted = [], []
     for index, sample in enumerate(calib.samples()):
         if max_samples is not None and index >= max_samples:
             break
+        if index < start:
+            continue
         ids, aux, _ = draft_inputs(sample.input_ids, sample.aux_hidden_states, sample.target_next_ids)
         proposal = draft.propose_all(ids.to(device), aux.to(device), k)
         starts = valid_starts(sample.input_ids, sample.target_next_ids, k)
@@ -260,6 +266,15 @@ def chain_acceptance(draft: Eagle3Draft, calib: CalibrationSamples, k: int,
                      max_samples: int | None = None) -> list[torch.Tensor]:
     """Accepted steps per valid chain start, one tensor per sample (`draft_chains`' accepted)."""
     return draft_chains(draft, calib, k, max_samples).accepted
+
+
+def first_samples(chains: Chains, count: int) -> Chains:
+    """The chains of the first `count` samples (to pair with a candidate measured on those only)."""
+    return Chains(chains.first[:count], chains.accepted[:count])
+
+
+def joined(head: Chains, tail: Chains) -> Chains:
+    return Chains([*head.first, *tail.first], [*head.accepted, *tail.accepted])
 
 
 def top1_agreement(reference: Chains, candidate: Chains) -> float:

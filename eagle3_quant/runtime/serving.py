@@ -70,7 +70,7 @@ def serving_numerics(draft_torch_dtype: str | None) -> ServingNumerics:
         return ServingNumerics(torch.float16, "the draft is float16: served with a float16 target")
     declared = f"the draft's config says {draft_torch_dtype}" if draft_torch_dtype else "no torch_dtype declared"
     if draft_torch_dtype == "bfloat16":
-        return ServingNumerics(torch.bfloat16, "the draft's dtype, as vLLM serves Quark FP8 drafts")
+        return ServingNumerics(torch.bfloat16, "the draft's dtype, as vLLM serves Quark drafts")
     return ServingNumerics(torch.bfloat16, f"{declared}; vLLM serves Quark checkpoints in bf16 or fp16 only")
 
 
