@@ -94,7 +94,7 @@ def samples_needed(trial: Trial, gate: float, samples: int) -> int | None:
 
 def _line(o: Outcome, index: int, total: int, left: float | None, certain: bool) -> str:
     t = o.trial
-    ratio = "no measurable chain" if t.paired is None else \
+    ratio = ("not drafted" if t.probed == 0 else "no measurable chain") if t.paired is None else \
         f"ratio {t.paired.ratio:.4f} ({interval(t.paired.low, t.paired.high)}), top-1 {t.top1:.3f}"
     when = "" if left is None else f"; {'' if certain else 'at most '}{clock(left)} left"
     return f"  {index}/{total} {o.candidate.name}: {ratio}: {o.status} ({t.seconds:.1f} s{when})"
@@ -102,12 +102,13 @@ def _line(o: Outcome, index: int, total: int, left: float | None, certain: bool)
 
 def measure_ladder(measurer: Measurer, ladder: Ladder, settings: AutoSettings, samples: int,
                    progress: Progress = SILENT) -> list[Outcome]:
-    """Cheapest first; after the first keeper the rest are not measured (unless measure_all). Each candidate is first
-    measured on a quarter of the samples and stopped there when its ratio's interval lies wholly below the gate
-    (measure_all measures every sample of every candidate)."""
+    """Cheapest first; after the first keeper the rest are not measured (unless measure_all). A candidate whose
+    weight SQNR misses its scheme's gate is not drafted; the others are first measured on a quarter of the samples
+    and stopped there when they clearly fail (``auto_measure.clearly_failing``); measure_all measures every sample
+    of every candidate."""
     runnable = [c for c in ladder.candidates if c.left_out is None]
-    probe = None if settings.measure_all or samples < 2 * PROBE_MIN_SAMPLES else \
-        max(PROBE_MIN_SAMPLES, samples // PROBE_SHARE)
+    probe = None if settings.measure_all else \
+        samples if samples < 2 * PROBE_MIN_SAMPLES else max(PROBE_MIN_SAMPLES, samples // PROBE_SHARE)
     progress.say(f"--scheme auto: {len(runnable)} of {len(ladder.candidates)} candidates to measure, cheapest "
                  f"first{'' if settings.measure_all else ' up to the first that keeps the gate'}, on {samples} "
                  "samples; the BF16 draft first")
@@ -143,8 +144,9 @@ def measure_ladder(measurer: Measurer, ladder: Ladder, settings: AutoSettings, s
             if trial.probed is not None:
                 for _ in range(samples - trial.probed):     # the samples it was spared, so the time left stays true
                     tick()
-                outcomes.append(Outcome(cand, trial, f"missed: stopped after {trial.probed} of {samples} samples, "
-                                                     f"upper bound {trial.paired.high:.4f} < {settings.gate}"))
+                where = "before any sample" if not trial.probed else \
+                    f"stopped after {trial.probed} of {samples} samples"
+                outcomes.append(Outcome(cand, trial, f"missed: {where}: {trial.stopped}"))
                 timed.add(1)
                 progress.say(_line(outcomes[-1], timed.items, len(runnable), timed.seconds_left(),
                                    settings.measure_all))
@@ -200,7 +202,8 @@ def _row(o: Outcome, ladder: Ladder, chosen: Outcome) -> AutoCandidateRecord:
         step_bytes=c.step_bytes, step_bytes_over_bf16=c.step_bytes / ladder.bf16_step_bytes,
         acceptance_ratio=p.ratio if p is not None else None, interval=[p.low, p.high] if p is not None else None,
         coverage=t.coverage if t is not None else None, keeps_gate=o.keeps, chosen=o is chosen,
-        engines=list(c.engines), status=o.status, top1_agreement=t.top1 if t is not None else None,
+        engines=list(c.engines), status=o.status,
+        top1_agreement=t.top1 if t is not None and not math.isnan(t.top1) else None,
         min_weight_sqnr_db=t.min_sqnr_db if t is not None else None, native_devices=list(c.native_devices))
 
 

@@ -43,9 +43,11 @@ from eagle3_quant.runtime.acceptance import (
     joined,
     paired_ratio,
     top1_agreement,
+    top1_upper_bound,
 )
 from eagle3_quant.runtime.serving import serving_numerics
 from eagle3_quant.runtime.weight_sqnr import sqnr_db
+from eagle3_quant.scheme_gates import SchemeGates, gates_for_scheme
 from eagle3_quant.schemes import Scheme, get_scheme
 
 IN_MEMORY_BYTES = 1 << 30     # a calibration set up to this size is read once and kept for every candidate
@@ -60,6 +62,7 @@ class Trial:
     coverage: float | None
     seconds: float
     probed: int | None = None       # stopped after this many samples: clearly failing there (None: all measured)
+    stopped: str = ""               # why it was stopped there
 
 
 class _Samples:
@@ -124,6 +127,22 @@ class _Weights:
     linears: dict[str, torch.nn.Module] = field(default_factory=dict)
     sqnr: dict[str, float] = field(default_factory=dict)
     runtime: object | None = None        # written: the whole artifact, loaded (AWQ folds scales into the norms)
+
+
+def clearly_failing(early: PairedRatio | None, top1_high: float, probe: int, samples: int, gate: float,
+                    own: SchemeGates) -> str:
+    """Why a candidate measured on the first `probe` of `samples` samples cannot keep the gate on all of them
+    ("" when it still may). The whole set's ratio lies, at 97.5%, under the probe's upper bound, and its interval is
+    narrower by sqrt(probe / samples): if even that ratio would leave the lower bound under the gate, the rest of the
+    samples cannot lift it. The same for validate's top-1 gate on the point agreement."""
+    if early is not None and not math.isnan(early.ratio):
+        half_width = (early.high - early.low) / 2 * math.sqrt(probe / samples)
+        if early.high - half_width < gate:
+            return (f"ratio at most {early.high:.4f} (95% CI {early.low:.4f}..{early.high:.4f}), so the whole set's "
+                    f"lower bound at most {early.high - half_width:.4f} < {gate}")
+    if not math.isnan(top1_high) and top1_high < own.min_top1_agreement:
+        return f"top-1 at most {top1_high:.3f} < {own.min_top1_agreement} (validate)"
+    return ""
 
 
 class Measurer:
@@ -213,14 +232,22 @@ class Measurer:
 
     def measure(self, cand: Candidate, on_sample: Callable[[], None] | None = None, probe: int | None = None,
                 gate: float | None = None) -> Trial:
-        """`cand` on the calibration set; with `probe` and `gate`, on the first `probe` samples first, stopping
-        there when the ratio's 95% interval lies wholly below `gate` (the rest could not lift it to the gate)."""
+        """`cand` on the calibration set. With `probe` and `gate` a candidate that clearly fails stops early: before
+        any sample when its lowest weight SQNR misses its scheme's validate gate, else after the first `probe`
+        samples when `clearly_failing` says the rest could not lift it."""
         import time
 
         started = time.perf_counter()
         scheme = get_scheme(cand.scheme)
+        own = gates_for_scheme(cand.scheme)
         weights = self._weights(scheme, cand.quantize_fc)
         modules = [d.module for d in make_plan(self.draft, scheme, self.exclude, cand.quantize_fc).quantized]
+        sqnr = [v for v in (self._sqnr(weights, scheme, m) for m in modules) if v is not None]
+        min_sqnr = min(sqnr) if sqnr else None
+        early_stop = probe is not None and gate is not None
+        if early_stop and min_sqnr is not None and min_sqnr < own.min_weight_sqnr_db:
+            return Trial(cand, None, math.nan, min_sqnr, None, time.perf_counter() - started, probed=0,
+                         stopped=f"weight SQNR {min_sqnr:.1f} dB < {own.min_weight_sqnr_db} (validate)")
         runtime = weights.runtime if weights.runtime is not None else self.copy
         swaps = _Swaps(runtime)
         if weights.runtime is None:
@@ -229,14 +256,17 @@ class Measurer:
         coverage = None
         if cand.draft_vocab is not None:
             coverage = self._prune(swaps, runtime, cand.draft_vocab)
-        reference, probed = self.drafts(), None
+        reference, probed, stopped = self.drafts(), None, ""
         try:
-            if probe is not None and gate is not None and probe < len(reference.accepted):
+            if early_stop and probe < len(reference.accepted):
                 chains = draft_chains(runtime, self.samples, self.k, max_samples=probe, on_sample=on_sample)
-                early = paired_ratio(first_samples(reference, probe).accepted, chains.accepted) \
-                    if acceptance_stats(first_samples(reference, probe).accepted, self.k).drafts else None
-                if early is not None and early.high < gate:
-                    reference, probed = first_samples(reference, probe), probe
+                head = first_samples(reference, probe)
+                early = paired_ratio(head.accepted, chains.accepted) \
+                    if acceptance_stats(head.accepted, self.k).drafts else None
+                stopped = clearly_failing(early, top1_upper_bound(head, chains), probe, len(reference.accepted),
+                                          gate, own)
+                if stopped:
+                    reference, probed = head, probe
                 else:
                     chains = joined(chains, draft_chains(runtime, self.samples, self.k, on_sample=on_sample,
                                                          start=probe))
@@ -246,10 +276,8 @@ class Measurer:
             swaps.restore()
         paired = paired_ratio(reference.accepted, chains.accepted) if acceptance_stats(reference.accepted,
                                                                                        self.k).drafts else None
-        sqnr = [self._sqnr(weights, scheme, m) for m in modules]
-        sqnr = [v for v in sqnr if v is not None]
-        return Trial(cand, paired, top1_agreement(reference, chains), min(sqnr) if sqnr else None, coverage,
-                     time.perf_counter() - started, probed)
+        return Trial(cand, paired, top1_agreement(reference, chains), min_sqnr, coverage,
+                     time.perf_counter() - started, probed, stopped)
 
     def _sqnr(self, weights: _Weights, scheme: Scheme, module: str) -> float | None:
         """The module's weight SQNR as `validate` computes it from the written file (in memory: from the weight

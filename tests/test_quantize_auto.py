@@ -6,6 +6,7 @@ confirmed by `validate` on the written artifact."""
 from __future__ import annotations
 
 import json
+import math
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from eagle3_quant.errors import AcceptanceGateError, CalibrationDataError, Draft
 from eagle3_quant.quantize.api import quantize_draft
 from eagle3_quant.quantize.auto import Outcome, choose, misses, samples_needed
 from eagle3_quant.quantize.auto_ladder import Candidate, build_ladder, vocab_sizes
-from eagle3_quant.quantize.auto_measure import Trial
+from eagle3_quant.quantize.auto_measure import Trial, clearly_failing
 from eagle3_quant.quantize.options import QuantizeOptions
 from eagle3_quant.reading.draft import read_draft
 from eagle3_quant.records.auto_choice import KEPT, NOT_MEASURED
@@ -108,6 +109,20 @@ def test_the_gate_is_the_lower_bound_and_validate_s_gates():
     assert misses(_trial("w_mxfp4_a_mxfp4", 1.0, 0.99, 1.01, top1=mx.min_top1_agreement, sqnr=18.0), 0.99) == []
     assert misses(Trial(Candidate("ptpc_fp8", None, False, 1), None, float("nan"), None, None, 0.1), 0.99) == \
         ["no measurable chain"]
+
+
+def test_a_probe_stops_only_what_the_rest_of_the_samples_cannot_lift():
+    """On 8 of 32 samples the whole set's interval will be half as wide: a ratio whose probe upper bound, less that
+    half-width, stays under the gate cannot keep it; validate's top-1 gate likewise on its upper bound."""
+    mx = gates_for_scheme("w_mxfp4_a_fp8")
+    below = PairedRatio(0.97, 0.95, 0.99, 0.95, 2000)          # 0.99 - 0.02 / 2 = 0.98 < 0.99
+    assert clearly_failing(below, 0.95, 8, 32, 0.99, mx) == \
+        "ratio at most 0.9900 (95% CI 0.9500..0.9900), so the whole set's lower bound at most 0.9800 < 0.99"
+    assert clearly_failing(below, 0.95, 8, 32, 0.97, mx) == ""  # 0.98 keeps a 0.97 gate
+    wide = PairedRatio(0.99, 0.96, 1.02, 0.95, 2000)            # 1.02 - 0.015 = 1.005: the rest may lift it
+    assert clearly_failing(wide, 0.95, 8, 32, 0.99, mx) == ""
+    assert clearly_failing(wide, 0.84, 8, 32, 0.99, mx) == f"top-1 at most 0.840 < {mx.min_top1_agreement} (validate)"
+    assert clearly_failing(None, math.nan, 8, 32, 0.99, mx) == ""
 
 
 def test_a_set_too_small_to_tell_is_refused_with_the_samples_that_would():
@@ -282,7 +297,8 @@ def test_tiny_pair_auto_stops_at_the_first_keeper_which_validate_passes(auto_on_
     assert all(r.measured and r.status.startswith("missed: ") for r in rows[:at])      # nothing cheaper kept it
     assert all(not r.measured and r.status == NOT_MEASURED and r.acceptance_ratio is None for r in rows[at + 1:])
     for r in rows[:at + 1]:
-        assert r.interval[0] <= r.acceptance_ratio <= r.interval[1]
+        assert r.acceptance_ratio is not None or r.status.startswith("missed: before any sample: weight SQNR")
+        assert r.acceptance_ratio is None or r.interval[0] <= r.acceptance_ratio <= r.interval[1]
         assert (r.coverage is not None) == (r.draft_vocab is not None)
     assert chosen.native_devices == list(SCHEMES[chosen.scheme].native_devices)
     assert manifest.scheme.name == chosen.scheme
@@ -314,7 +330,8 @@ def test_tiny_pair_auto_says_each_rung_as_it_is_measured(auto_on_tiny_pair):
     measured = [r for r in manifest.auto_choice.candidates if r.measured]
     text = " ".join(said.split())                   # the console wraps long lines
     total = len(manifest.auto_choice.candidates)
-    at = [text.index(f"{i}/{total} {r.name}: ratio {r.acceptance_ratio:.4f}") for i, r in enumerate(measured, 1)]
+    at = [text.index(f"{i}/{total} {r.name}: " + (f"ratio {r.acceptance_ratio:.4f}" if r.acceptance_ratio is not None
+                                                   else "not drafted")) for i, r in enumerate(measured, 1)]
     assert at == sorted(at) and f"{len(measured) + 1}/{total}" not in text
     for row, start, end in zip(measured, at, [*at[1:], len(text)], strict=True):
         assert row.status in text[start:end] and " left)" in text[start:end]
@@ -348,11 +365,18 @@ def test_tiny_pair_measure_all_measures_every_rung_and_chooses_the_same(auto_on_
     assert every.measure_all and every.chosen == early.chosen
     assert all(r.measured and r.status.startswith(("kept", "missed: ")) for r in every.candidates)
     for a, b in zip(early.candidates, every.candidates, strict=True):
-        if a.measured:
-            assert (a.name, a.acceptance_ratio, a.interval, a.top1_agreement) == \
-                (b.name, b.acceptance_ratio, b.interval, b.top1_agreement)
+        assert a.name == b.name
+        if a.measured and not _stopped_early(a):
+            assert (a.acceptance_ratio, a.interval, a.top1_agreement) == \
+                (b.acceptance_ratio, b.interval, b.top1_agreement)
+        if _stopped_early(a):               # the early stop is sound here: every sample confirms the miss
+            assert b.status.startswith("missed: ") and a.min_weight_sqnr_db == b.min_weight_sqnr_db
     assert progress.ticks == AUTO_PROMPTS * (1 + len(every.candidates))     # the BF16 draft once, then each rung
     assert sum(": kept (" in s or ": missed: " in s for s in progress.said) == len(every.candidates)
+
+
+def _stopped_early(row) -> bool:
+    return row.status.startswith(("missed: before any sample", "missed: stopped after"))
 
 
 def first_samples(calib: Path, folder: Path, n: int) -> Path:

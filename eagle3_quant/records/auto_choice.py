@@ -39,7 +39,8 @@ class AutoCandidateRecord:
 
     @property
     def measured(self) -> bool:
-        return self.acceptance_ratio is not None
+        """Judged: drafted, or stopped on its weights alone (a weight SQNR under its scheme's gate)."""
+        return self.acceptance_ratio is not None or (self.status or "").startswith("missed")
 
 
 @dataclass(frozen=True)

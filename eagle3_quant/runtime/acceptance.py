@@ -277,6 +277,19 @@ def joined(head: Chains, tail: Chains) -> Chains:
     return Chains([*head.first, *tail.first], [*head.accepted, *tail.accepted])
 
 
+def top1_upper_bound(reference: Chains, candidate: Chains, confidence: float = 0.95, seed: int = 0) -> float:
+    """The upper end of top-1 agreement's bootstrap interval over samples (resampled whole, as `paired_ratio`)."""
+    agree = torch.tensor([float((r == c).sum()) for r, c in zip(reference.first, candidate.first, strict=True)],
+                         dtype=torch.float64)
+    positions = torch.tensor([float(len(r)) for r in reference.first], dtype=torch.float64)
+    if not positions.sum():
+        return math.nan
+    gen = torch.Generator().manual_seed(seed)
+    picks = torch.randint(0, len(positions), (BOOTSTRAP_RESAMPLES, len(positions)), generator=gen)
+    boot = agree[picks].sum(1) / positions[picks].sum(1).clamp(min=1)
+    return float(torch.quantile(boot, torch.tensor(1 - (1 - confidence) / 2, dtype=torch.float64)))
+
+
 def top1_agreement(reference: Chains, candidate: Chains) -> float:
     """Share of positions whose step-0 token (a target id) the two drafts agree on: `calibration_fidelity`'s
     top-1 agreement (equal argmax of equal vocabularies, else equal target ids)."""
