@@ -13,8 +13,9 @@ from eagle3_quant.errors import DraftFormatError, OutputExistsError
 from eagle3_quant.records.calibration import load_calibration
 from eagle3_quant.util.progress import Silent
 
-# batches of 2 prompts, shards of 2 samples: a resume starts where an uninterrupted run starts a batch
-RUN = {"num_samples": 7, "seq_len": 40, "min_tokens": 4, "shard_samples": 2, "batch_size": 2}
+# batches of 2 prompts, shards of 2 samples: a resume starts where an uninterrupted run starts a batch; one torch
+# thread, else the idle cores (checked between batches) decide it and a busy machine changes the float sums
+RUN = {"num_samples": 7, "seq_len": 40, "min_tokens": 4, "shard_samples": 2, "batch_size": 2, "threads": 1}
 
 
 def killed_after(monkeypatch, n: int) -> None:

@@ -61,8 +61,13 @@ def test_bench_records_llamacpps_own_counts_outputs_and_speeds(benched):
     step = record.breakdown[0].drafts["artifact"]
     assert step.verify_ms > 0 and step.draft_ms is not None and step.step_ms > 0
     assert step.rest_ms == pytest.approx(step.step_ms - step.verify_ms - step.draft_ms)
-    one = record.speed_at(1).speedup.artifact
-    assert record.verdict.startswith("the Q8_0 draft") and ("slows" in record.verdict) == (one.high < 1)
+    one, decode = record.speed_at(1).speedup.artifact, record.speed_at(1).decode_speedup.artifact
+    said = next(words for words, holds in (("speeds this target up", one.low > 1),
+                                           ("speeds decoding up", decode.low > 1),
+                                           ("slows this target down", one.high < 1),
+                                           ("slows decoding down", decode.high < 1),
+                                           ("neither speeds up nor slows", True)) if holds)
+    assert record.verdict.startswith(f"the Q8_0 draft {said}")     # the first interval that excludes 1 speaks
     assert set(record.speed_model) == {"reference", "artifact"}
     assert llama_servers() == []
 
