@@ -35,8 +35,19 @@ def import_quark(verbose: bool = False):
     defer_kernel_build()
     with lean_expert_scan():   # also when another thread is mid-import: `import` then waits for it
         import quark.torch
-
+    if "QUARK_DISABLE_COMPILE" not in os.environ:
+        eager_fake_quantize()
     return quark.torch
+
+
+def eager_fake_quantize() -> None:
+    """Quark's fake quantizer run eagerly, as ``QUARK_DISABLE_COMPILE=1`` runs it (a QUARK_DISABLE_COMPILE the user
+    set is kept). By default Quark 0.13 `torch.compile`s it (``scaled_fake_quantize_compiled``), a compile of
+    3-8 s per process paid for the few calls a one-layer draft makes; the bytes written are the same either way
+    (tests/test_quark_eager.py)."""
+    from quark.torch.quantization import tensor_quantize
+
+    tensor_quantize.QUARK_DISABLE_COMPILE = True
 
 
 def import_quark_in_background(verbose: bool = False) -> Future:
