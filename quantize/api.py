@@ -19,7 +19,7 @@ from eagle3_quant.quantize.export_config import rewrite_config
 from eagle3_quant.quantize.finite_scan import scan_source
 from eagle3_quant.quantize.options import AUTO_SCHEME, QuantizeOptions
 from eagle3_quant.quantize.quark_import import import_quark_in_background
-from eagle3_quant.quantize.serve_taps import TapsDecision, decide_serve_taps
+from eagle3_quant.quantize.serve_taps import TapsDecision, TapsMeasurement, decide_serve_taps, measure_serve_taps
 from eagle3_quant.quantize.side_files import copy_side_files
 from eagle3_quant.quantize.source_guard import check_source_unchanged, identities
 from eagle3_quant.quantize.verify_export import verify_export
@@ -127,22 +127,23 @@ def sqnr_warning(out: Path, manifest: Manifest) -> str | None:
 
 
 def _dispatch(src: str | Path, out: str | Path, opts: QuantizeOptions, command: list[str],
-              progress: Progress) -> QuantizeResult:
+              progress: Progress, measured: TapsMeasurement | None = None) -> QuantizeResult:
+    """`measured`: the serve-taps measurement already made on opts.calib (``--scheme auto`` for its rungs)."""
     if opts.scheme == AUTO_SCHEME:
         return _quantize_auto(src, out, opts, command, progress)
     if opts.quantize_lm_head or opts.draft_vocab is not None:
-        return _quantize_pruned(src, out, opts, command)
+        return _quantize_pruned(src, out, opts, command, measured=measured)
     if opts.smooth_alpha is not None:
-        return _quantize_smoothed(src, out, opts, command, progress)
+        return _quantize_smoothed(src, out, opts, command, progress, measured)
     if get_scheme(opts.scheme).rounding == "awq" and not (opts.rtn or opts.gptq):
-        return _quantize_awq(src, out, opts, command, progress)
+        return _quantize_awq(src, out, opts, command, progress, measured)
     if opts.allow_pickle:
         source = resolve_source(src, opts.revision, include_pickle=True)
         if pickle_only(source.path):
             with pickle_converted(source.path, Path(out), opts.force) as converted:
                 return _quantize(converted, out, replace(opts, revision=None), command, origin=source,
-                                 progress=progress)
-    return _quantize(src, out, opts, command, progress=progress)
+                                 progress=progress, measured=measured)
+    return _quantize(src, out, opts, command, progress=progress, measured=measured)
 
 
 def _quantize_auto(src: str | Path, out: str | Path, opts: QuantizeOptions, command: list[str],
@@ -151,7 +152,7 @@ def _quantize_auto(src: str | Path, out: str | Path, opts: QuantizeOptions, comm
     through the normal path (``quantize/auto.py``)."""
     from eagle3_quant.devices import resolve_profile
     from eagle3_quant.lm_head_support import check_quantize_lm_head
-    from eagle3_quant.quantize.auto import AutoSettings, run_auto
+    from eagle3_quant.quantize.auto import AUTO_K, AutoSettings, run_auto
     from eagle3_quant.quantize.calibration import check_calibration
     from eagle3_quant.quantize.vocab_prune import target_token_counts
     from eagle3_quant.records.calibration import load_calibration
@@ -166,11 +167,15 @@ def _quantize_auto(src: str | Path, out: str | Path, opts: QuantizeOptions, comm
     target_token_counts(opts.calib, draft.config.vocab_size)     # target ids of another vocabulary: refused here
     check_vocab_map(draft)
     scan_source(draft)
-    taps = _serve_taps(draft, opts)
+    import_quark_in_background(opts.verbose)      # Quark writes the choice (and AWQ/NVFP4 rungs): its import overlaps
+    progress.say(f"--scheme auto: the BF16 draft on the calibration set's {calibration.num_samples} samples first "
+                 "(the layers it is served with, and the reference every rung pairs with)")
+    measured = measure_serve_taps(draft, opts.calib, pick_device(opts.device))
+    taps = _serve_taps(draft, opts, measured)
     settings = AutoSettings(opts.min_acceptance_ratio, opts.engine, pick_device(opts.device), profile,
-                            opts.measure_all, opts.serve_taps, quantize_draft)
+                            opts.measure_all, opts.serve_taps, _rung_writer(measured))
     chosen, record = run_auto(draft, opts.calib, check_calibration(draft, calibration, taps.indices), opts.exclude,
-                              settings, progress)
+                              settings, progress, measured.chains(taps.indices, AUTO_K), measured.seconds_per_draft)
     picked = replace(opts, scheme=chosen.scheme, quantize_fc=chosen.quantize_fc, draft_vocab=chosen.draft_vocab,
                      device_profile=None, measure_all=False)
     if chosen.draft_vocab is not None:
@@ -178,16 +183,25 @@ def _quantize_auto(src: str | Path, out: str | Path, opts: QuantizeOptions, comm
     return _quantize(src, out, picked, command, auto_choice=record, taps=taps)
 
 
-def _serve_taps(draft, opts: QuantizeOptions) -> TapsDecision:
+def _rung_writer(measured: TapsMeasurement):
+    """How `--scheme auto` has Quark write a rung into its temporary folder: the normal path, with the serve-taps
+    measurement it already made (the rest of the decision follows each rung's engines)."""
+    def write(src: Path, out: Path, opts: QuantizeOptions) -> QuantizeResult:
+        return _dispatch(src, out, opts, public_command("quantize", (src, out), opts), SILENT, measured)
+    return write
+
+
+def _serve_taps(draft, opts: QuantizeOptions, measured: TapsMeasurement | None = None) -> TapsDecision:
     """The layers the artifact is served with, written for the engines it is for (`--engine auto`: those that
     serve this draft's format and scheme)."""
     scheme = None if opts.scheme == AUTO_SCHEME else get_scheme(opts.scheme)
     engines = choose_engines(opts.engine, draft.config, draft.format, scheme, opts.quantize_fc).engines
-    return decide_serve_taps(draft, opts.serve_taps, opts.calib, engines, pick_device(opts.device))
+    return decide_serve_taps(draft, opts.serve_taps, opts.calib, engines, pick_device(opts.device), measured)
 
 
 def _quantize_pruned(src: str | Path, out: str | Path, opts: QuantizeOptions, command: list[str],
-                     auto_choice: AutoChoiceRecord | None = None, taps: TapsDecision | None = None) -> QuantizeResult:
+                     auto_choice: AutoChoiceRecord | None = None, taps: TapsDecision | None = None,
+                     measured: TapsMeasurement | None = None) -> QuantizeResult:
     """--draft-vocab (and the --quantize-lm-head refusal): argument errors first, then the pruning pre-pass."""
     from eagle3_quant.lm_head_support import check_quantize_lm_head
     from eagle3_quant.quantize.vocab_prune import vocab_pruned
@@ -199,14 +213,14 @@ def _quantize_pruned(src: str | Path, out: str | Path, opts: QuantizeOptions, co
         raise SchemeError("--draft-vocab needs a safetensors draft; --allow-pickle converts only unpruned drafts",
                           field="draft_vocab")
     out = check_output_target(Path(out), draft.path, opts.force)
-    taps = taps or _serve_taps(draft, opts)
+    taps = taps or _serve_taps(draft, opts, measured)
     with vocab_pruned(draft, opts.calib, opts.draft_vocab, out) as (folder, record):
         return _quantize(folder, out, replace(opts, revision=None), command, origin=draft.source,
                          vocab_pruning=record.to_dict(), auto_choice=auto_choice, taps=taps)
 
 
 def _quantize_smoothed(src: str | Path, out: str | Path, opts: QuantizeOptions, command: list[str],
-                       progress: Progress = SILENT) -> QuantizeResult:
+                       progress: Progress = SILENT, measured: TapsMeasurement | None = None) -> QuantizeResult:
     """--smooth-alpha: the smoothed BF16 draft (``quantize/smooth.py``) goes through the normal path."""
     from eagle3_quant.quantize.calibration import CALIBRATION_STEPS
     from eagle3_quant.quantize.smooth import smoothed
@@ -216,7 +230,7 @@ def _quantize_smoothed(src: str | Path, out: str | Path, opts: QuantizeOptions, 
     scan_source(draft)            # a NaN/Inf weight named before smoothing measures anything
     progress.say(f"SmoothQuant (alpha {opts.smooth_alpha}): activation scales measured on the calibration set first")
     roles = {d.role for d in make_plan(draft, get_scheme(opts.scheme), opts.exclude, opts.quantize_fc).quantized}
-    taps = _serve_taps(draft, opts)
+    taps = _serve_taps(draft, opts, measured)
     with smoothed(draft, opts.calib, opts.smooth_alpha, roles, out, CALIBRATION_STEPS, taps.indices) as (folder,
                                                                                                       record):
         return _quantize(folder, out, replace(opts, revision=None), command, origin=draft.source,
@@ -224,7 +238,7 @@ def _quantize_smoothed(src: str | Path, out: str | Path, opts: QuantizeOptions, 
 
 
 def _quantize_awq(src: str | Path, out: str | Path, opts: QuantizeOptions, command: list[str],
-                  progress: Progress = SILENT) -> QuantizeResult:
+                  progress: Progress = SILENT, measured: TapsMeasurement | None = None) -> QuantizeResult:
     """AWQ (w4a16_int4's default): the AWQ-scaled BF16 draft (``quantize/awq.py``) goes through the normal path,
     rounded to nearest there."""
     from eagle3_quant.quantize.awq import awq_scaled
@@ -233,11 +247,10 @@ def _quantize_awq(src: str | Path, out: str | Path, opts: QuantizeOptions, comma
     draft = _read_served(src, opts)
     out = check_output_target(Path(out), draft.path, opts.force)
     scan_source(draft)            # a NaN/Inf weight named before AWQ measures anything (Quark's LossError otherwise)
-    progress.say("AWQ (Quark's): scales searched on the calibration set first; Quark reports no progress (minutes "
-                 "on a large draft)")
+    progress.say("AWQ (Quark's): scales and clips searched on the calibration set's rollout first")
     plan = make_plan(draft, get_scheme(opts.scheme), opts.exclude, opts.quantize_fc, engine=opts.engine)
-    taps = _serve_taps(draft, opts)
-    with awq_scaled(draft, opts.calib, plan, out, CALIBRATION_STEPS, taps.indices) as (folder, record):
+    taps = _serve_taps(draft, opts, measured)
+    with awq_scaled(draft, opts.calib, plan, out, CALIBRATION_STEPS, taps.indices, progress) as (folder, record):
         return _quantize(folder, out, replace(opts, revision=None), command, origin=draft.source,
                          smoothing=record.to_dict(), taps=taps, progress=progress)
 
@@ -267,7 +280,7 @@ def _quantize(src: str | Path, out: str | Path, opts: QuantizeOptions, command: 
               origin: DraftSource | None = None,
               vocab_pruning: dict | None = None, auto_choice: AutoChoiceRecord | None = None,
               smoothing: dict | None = None, taps: TapsDecision | None = None,
-              progress: Progress = SILENT) -> QuantizeResult:
+              progress: Progress = SILENT, measured: TapsMeasurement | None = None) -> QuantizeResult:
     started = time.perf_counter()
     chosen = get_scheme(opts.scheme)
     exclude, quantize_fc, calib, auto_exclude = opts.exclude, opts.quantize_fc, opts.calib, opts.auto_exclude
@@ -281,7 +294,7 @@ def _quantize(src: str | Path, out: str | Path, opts: QuantizeOptions, command: 
         _check_resources(draft, out, plan, in_memory)
         check_vocab_map(draft)
     with timer.stage("serve taps (measured on --calib)" if calib is not None and taps is None else "serve taps"):
-        taps = taps or _serve_taps(draft, opts)
+        taps = taps or _serve_taps(draft, opts, measured)
         if chosen.needs_calibration or opts.gptq:   # a set of another draft, or without these layers, is refused
             from eagle3_quant.quantize.calibration import check_calibration
             from eagle3_quant.records.calibration import load_calibration

@@ -24,18 +24,20 @@ import torch
 from eagle3_quant.devices import DeviceProfile
 from eagle3_quant.errors import AcceptanceGateError, CalibrationDataError, Eagle3QuantError
 from eagle3_quant.quantize.auto_ladder import Candidate, Ladder, build_ladder, vocab_sizes
-from eagle3_quant.quantize.auto_measure import Measurer, Trial
+from eagle3_quant.quantize.auto_measure import Measurer, Trial, in_memory
+from eagle3_quant.quantize.auto_time import MeasuringCost
 from eagle3_quant.quantize.calibration import CALIBRATION_STEPS
 from eagle3_quant.quantize.vocab_prune import current_target_ids, target_token_counts
 from eagle3_quant.reading.draft import DraftCheckpoint
 from eagle3_quant.records.auto_choice import GATE_RULE, KEPT, NOT_MEASURED, AutoCandidateRecord, AutoChoiceRecord
 from eagle3_quant.records.calibration import CalibrationSet
 from eagle3_quant.records.public_names import public_name
-from eagle3_quant.runtime.acceptance import acceptance_stats
+from eagle3_quant.runtime.acceptance import Chains, acceptance_stats
 from eagle3_quant.runtime.serving import serving_numerics
 from eagle3_quant.scheme_gates import gates_for_scheme
+from eagle3_quant.schemes import get_scheme
 from eagle3_quant.util.formatting import interval
-from eagle3_quant.util.progress import SILENT, Progress, Throughput, clock
+from eagle3_quant.util.progress import SILENT, Progress, clock
 
 AUTO_K = CALIBRATION_STEPS      # draft steps per chain: vLLM's usual num_speculative_tokens, validate's default k
 MIN_SAMPLES = 8                 # fewer: a bootstrap over samples has no interval worth gating on
@@ -51,7 +53,7 @@ class AutoSettings:
     profile: DeviceProfile | None = None
     measure_all: bool = False
     serve_taps: str = "trained"      # what a candidate Quark writes is written with, as the chosen one
-    write: Callable[..., object] | None = None     # quantize_draft: how Quark writes a candidate (auto_measure)
+    write: Callable[..., object] | None = None     # write(src, out, options): how Quark writes a rung (api.py)
 
 
 @dataclass(frozen=True)
@@ -92,16 +94,17 @@ def samples_needed(trial: Trial, gate: float, samples: int) -> int | None:
     return math.ceil(samples * ((ratio - low) / (ratio - gate)) ** 2)
 
 
-def _line(o: Outcome, index: int, total: int, left: float | None, certain: bool) -> str:
+def _line(o: Outcome, index: int, total: int, left: float | None, until_keeper: bool) -> str:
+    """`until_keeper`: the time left counts every rung, though the first keeper ends the run."""
     t = o.trial
     ratio = ("not drafted" if t.probed == 0 else "no measurable chain") if t.paired is None else \
         f"ratio {t.paired.ratio:.4f} ({interval(t.paired.low, t.paired.high)}), top-1 {t.top1:.3f}"
-    when = "" if left is None else f"; {'' if certain else 'at most '}{clock(left)} left"
+    when = "" if left is None else f"; {'up to about' if until_keeper else 'about'} {clock(left)} left"
     return f"  {index}/{total} {o.candidate.name}: {ratio}: {o.status} ({t.seconds:.1f} s{when})"
 
 
 def measure_ladder(measurer: Measurer, ladder: Ladder, settings: AutoSettings, samples: int,
-                   progress: Progress = SILENT) -> list[Outcome]:
+                   progress: Progress = SILENT, reference_s: float = 0.0) -> list[Outcome]:
     """Cheapest first; after the first keeper the rest are not measured (unless measure_all). A candidate whose
     weight SQNR misses its scheme's gate is not drafted; the others are first measured on a quarter of the samples
     and stopped there when they clearly fail (``auto_measure.clearly_failing``); measure_all measures every sample
@@ -123,9 +126,22 @@ def measure_ladder(measurer: Measurer, ladder: Ladder, settings: AutoSettings, s
         def tick() -> None:
             advance(1, 0)
 
+        started = time.perf_counter()
+        drafted_here = not measurer.has_reference()
         if not acceptance_stats(measurer.drafts(tick).accepted, AUTO_K).drafts:
             raise _no_chains()            # no candidate could be rated: refused before measuring any
-        timed = Throughput(len(runnable))
+        cost = MeasuringCost(samples)
+        cost.add_drafting(samples, time.perf_counter() - started if drafted_here else reference_s)
+
+        def left_after(index: int) -> float | None:
+            keys, rungs = set(), []
+            for c in runnable[index:]:
+                key = measurer.weights_key(c)
+                rungs.append((not in_memory(get_scheme(c.scheme)), measurer.prepared(c) or key in keys))
+                keys.add(key)
+            return cost.left(rungs)
+
+        done = 0
         for cand in ladder.candidates:
             if cand.left_out is not None:
                 outcomes.append(Outcome(cand, None, f"left out: {cand.left_out}"))
@@ -136,27 +152,27 @@ def measure_ladder(measurer: Measurer, ladder: Ladder, settings: AutoSettings, s
             if measurer.writes(cand):
                 progress.say(f"  {cand.scheme}{' with fc' if cand.quantize_fc else ''}: Quark writes it to a "
                              "temporary folder first (its scales come from Quark's own run)")
+            built_here = not measurer.prepared(cand)
+            done += 1
             try:
                 trial = measurer.measure(cand, tick, probe, settings.gate)
             except Eagle3QuantError as exc:      # quantize refuses to write it (its own check, before any work)
                 outcomes.append(Outcome(cand, None, f"left out: quantize refuses it: {exc.message}"))
                 continue
+            cost.add_rung(samples if trial.probed is None else trial.probed, trial.seconds,
+                          trial.prepared_s if built_here else None, not in_memory(get_scheme(cand.scheme)))
             if trial.probed is not None:
-                for _ in range(samples - trial.probed):     # the samples it was spared, so the time left stays true
+                for _ in range(samples - trial.probed):     # the samples it was spared, so the bar stays true
                     tick()
                 where = "before any sample" if not trial.probed else \
                     f"stopped after {trial.probed} of {samples} samples"
                 outcomes.append(Outcome(cand, trial, f"missed: {where}: {trial.stopped}"))
-                timed.add(1)
-                progress.say(_line(outcomes[-1], timed.items, len(runnable), timed.seconds_left(),
-                                   settings.measure_all))
-                continue
-            missed = misses(trial, settings.gate)
-            outcomes.append(Outcome(cand, trial, KEPT if not missed else "missed: " + "; ".join(missed)))
-            kept = kept or not missed
-            timed.add(1)
-            left = 0.0 if kept and not settings.measure_all else timed.seconds_left()
-            progress.say(_line(outcomes[-1], timed.items, len(runnable), left, settings.measure_all or kept))
+            else:
+                missed = misses(trial, settings.gate)
+                outcomes.append(Outcome(cand, trial, KEPT if not missed else "missed: " + "; ".join(missed)))
+                kept = kept or not missed
+            left = 0.0 if kept and not settings.measure_all else left_after(done)
+            progress.say(_line(outcomes[-1], done, len(runnable), left, not (kept or settings.measure_all)))
     return outcomes
 
 
@@ -208,8 +224,10 @@ def _row(o: Outcome, ladder: Ladder, chosen: Outcome) -> AutoCandidateRecord:
 
 
 def run_auto(draft: DraftCheckpoint, calib_path: Path, calibration: CalibrationSet, exclude,
-             settings: AutoSettings, progress: Progress = SILENT) -> tuple[Candidate, AutoChoiceRecord]:
-    """Build the ladder, measure it, choose: (the candidate to write, the manifest's record)."""
+             settings: AutoSettings, progress: Progress = SILENT, reference: Chains | None = None,
+             reference_s: float = 0.0) -> tuple[Candidate, AutoChoiceRecord]:
+    """Build the ladder, measure it, choose: (the candidate to write, the manifest's record). `reference`: the BF16
+    draft's chains on `calibration` with AUTO_K steps, when already drafted (in `reference_s` seconds)."""
     started = time.perf_counter()
     samples = calibration.num_samples
     if samples < MIN_SAMPLES:
@@ -222,10 +240,10 @@ def run_auto(draft: DraftCheckpoint, calib_path: Path, calibration: CalibrationS
     ladder = build_ladder(draft, exclude, settings.engine, sizes, profile=settings.profile)
     ladder = replace(ladder, skipped=(*left_out, *ladder.skipped))
     measurer = Measurer(draft, calibration, calib_path, counts, exclude, settings.engine, settings.device, AUTO_K,
-                        settings.serve_taps, settings.write)
+                        settings.serve_taps, settings.write, reference)
     try:
         with torch.no_grad():
-            outcomes = measure_ladder(measurer, ladder, settings, samples, progress)
+            outcomes = measure_ladder(measurer, ladder, settings, samples, progress, reference_s)
     finally:
         measurer.close()
     chosen = choose(outcomes, settings.gate, samples)

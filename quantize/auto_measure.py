@@ -63,6 +63,7 @@ class Trial:
     seconds: float
     probed: int | None = None       # stopped after this many samples: clearly failing there (None: all measured)
     stopped: str = ""               # why it was stopped there
+    prepared_s: float = 0.0         # of `seconds`, building its weights (0 when another rung built them)
 
 
 class _Samples:
@@ -150,9 +151,10 @@ class Measurer:
 
     def __init__(self, draft: DraftCheckpoint, calibration: CalibrationSet, calib_path: Path, counts: torch.Tensor,
                  exclude, engine: str, device: str, k: int, serve_taps: str = "trained",
-                 write: Callable[..., object] | None = None) -> None:
-        """`write(src, out, options)`: `quantize_draft`, for the schemes Quark writes (passed in: the API calls
-        this stage)."""
+                 write: Callable[..., object] | None = None, reference: Chains | None = None) -> None:
+        """`write(src, out, options)`: quantize's own path, for the schemes Quark writes (passed in: the API calls
+        this stage). `reference`: the BF16 draft's chains on this set with k steps, when already drafted (the
+        serve-taps measurement drafts them)."""
         from eagle3_quant.runtime.loading import load_draft
 
         self.draft, self.calibration, self.calib_path, self.counts = draft, calibration, calib_path, counts
@@ -171,12 +173,18 @@ class Measurer:
         self.weights: dict[tuple[str, bool], _Weights] = {}
         self.batches: list[dict] | None = None
         self.workdir: tempfile.TemporaryDirectory | None = None
-        self.ref_chains: Chains | None = None
+        self.ref_chains: Chains | None = reference
+
+    def has_reference(self) -> bool:
+        return self.ref_chains is not None
 
     def drafts(self, on_sample: Callable[[], None] | None = None) -> Chains:
         """The BF16 reference's chains, drafted once and paired with every candidate."""
         if self.ref_chains is None:
             self.ref_chains = draft_chains(self.reference, self.samples, self.k, on_sample=on_sample)
+        elif on_sample is not None:
+            for _ in self.ref_chains.accepted:
+                on_sample()
         return self.ref_chains
 
     def reference_stats(self) -> AcceptanceStats:
@@ -218,10 +226,18 @@ class Measurer:
     def _key(scheme: Scheme, fc: bool) -> tuple[str, bool]:
         return scheme.name, fc and not in_memory(scheme)     # in memory: one set of twins serves both fc choices
 
+    def weights_key(self, cand: Candidate) -> tuple[str, bool]:
+        """Rungs with the same key share their weights (built once)."""
+        return self._key(get_scheme(cand.scheme), cand.quantize_fc)
+
     def writes(self, cand: Candidate) -> bool:
         """Whether measuring `cand` first has Quark write its scheme (not yet written)."""
         scheme = get_scheme(cand.scheme)
         return not in_memory(scheme) and self._key(scheme, cand.quantize_fc) not in self.weights
+
+    def prepared(self, cand: Candidate) -> bool:
+        """Whether `cand`'s weights are already built (by a rung of the same scheme)."""
+        return self.weights_key(cand) in self.weights
 
     def _weights(self, scheme: Scheme, fc: bool) -> _Weights:
         key = self._key(scheme, fc)
@@ -241,13 +257,15 @@ class Measurer:
         scheme = get_scheme(cand.scheme)
         own = gates_for_scheme(cand.scheme)
         weights = self._weights(scheme, cand.quantize_fc)
+        prepared_s = time.perf_counter() - started
         modules = [d.module for d in make_plan(self.draft, scheme, self.exclude, cand.quantize_fc).quantized]
         sqnr = [v for v in (self._sqnr(weights, scheme, m) for m in modules) if v is not None]
         min_sqnr = min(sqnr) if sqnr else None
         early_stop = probe is not None and gate is not None
         if early_stop and min_sqnr is not None and min_sqnr < own.min_weight_sqnr_db:
             return Trial(cand, None, math.nan, min_sqnr, None, time.perf_counter() - started, probed=0,
-                         stopped=f"weight SQNR {min_sqnr:.1f} dB < {own.min_weight_sqnr_db} (validate)")
+                         stopped=f"weight SQNR {min_sqnr:.1f} dB < {own.min_weight_sqnr_db} (validate)",
+                         prepared_s=prepared_s)
         runtime = weights.runtime if weights.runtime is not None else self.copy
         swaps = _Swaps(runtime)
         if weights.runtime is None:
@@ -277,7 +295,7 @@ class Measurer:
         paired = paired_ratio(reference.accepted, chains.accepted) if acceptance_stats(reference.accepted,
                                                                                        self.k).drafts else None
         return Trial(cand, paired, top1_agreement(reference, chains), min_sqnr, coverage,
-                     time.perf_counter() - started, probed, stopped)
+                     time.perf_counter() - started, probed, stopped, prepared_s)
 
     def _sqnr(self, weights: _Weights, scheme: Scheme, module: str) -> float | None:
         """The module's weight SQNR as `validate` computes it from the written file (in memory: from the weight

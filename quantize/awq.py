@@ -3,8 +3,9 @@ sees in its own rollout, folded into a BF16 draft that the normal INT4 path then
 
 Quark's ``AwqProcessor`` walks a decoder stack with cached layer inputs; an Eagle3 draft's linear inputs exist only
 inside its rollout (step 0 on the target's states, later steps on its own hidden state). So the rollout is run on the
-calibration set (``CALIBRATION_STEPS`` steps from every position, as static scales and GPTQ see it) with each planned
-linear's inputs kept (at most ``MAX_ROWS`` a linear, evenly spread), and Quark's own per-layer steps run on them:
+calibration set (``CALIBRATION_STEPS`` steps from every position, as static scales and GPTQ see it; at most
+``MAX_SAMPLES`` samples, evenly spread over the set) with each planned linear's inputs kept (at most ``MAX_ROWS`` a
+linear, evenly spread), and Quark's own per-layer steps run on them:
 ``_search_best_scale`` (a grid of 20 ratios r, scales ``mean|x|^r`` normalised, each judged by the error of the
 group's outputs with Quark's INT4 fake-quantized weights), then ``_search_best_clip`` on the scaled weights and
 inputs (Quark leaves q/k alone). A scale multiplies the readers' weight columns and divides what produces their input
@@ -29,9 +30,11 @@ from eagle3_quant.quantize.smooth import smooth_sites, smoothed_tensors, written
 from eagle3_quant.reading.draft import DraftCheckpoint
 from eagle3_quant.reading.pickle_source import BASE_BYTES
 from eagle3_quant.records.public_names import public_name
+from eagle3_quant.util.progress import SILENT, Progress
 from eagle3_quant.util.resources import check_disk, check_memory, gb
 
 MAX_ROWS = 4096          # inputs kept per linear (Quark's clip search samples 512 tokens of them)
+MAX_SAMPLES = 32         # samples rolled out for them: ~4,000 rows a linear need no more (each adds positions x steps)
 
 
 @dataclass(frozen=True)
@@ -66,14 +69,21 @@ def _module(root, path: str):
     return root
 
 
+def spread(total: int, wanted: int) -> set[int]:
+    """`wanted` indices of range(total) evenly spread (all of them when total <= wanted)."""
+    return set(range(total)) if total <= wanted else {i * total // wanted for i in range(wanted)}
+
+
 @torch.no_grad()
-def capture_inputs(draft, names: list[str], calib, steps: int) -> tuple[dict[str, torch.Tensor], int]:
-    """Each linear's inputs over the rollout (steps 0..steps-1), at most MAX_ROWS rows spread over the positions."""
+def capture_inputs(draft, names: list[str], calib, steps: int,
+                   progress: Progress = SILENT) -> tuple[dict[str, torch.Tensor], int]:
+    """Each linear's inputs over the rollout (steps 0..steps-1) of at most MAX_SAMPLES samples spread over the set,
+    at most MAX_ROWS rows spread over their positions."""
     from eagle3_quant.runtime.drafting import draft_inputs
 
     kept: dict[str, list[torch.Tensor]] = {n: [] for n in names}
-    samples = sum(1 for _ in calib.samples())
-    per_call = max(1, MAX_ROWS // max(1, samples * steps))
+    used = spread(sum(1 for _ in calib.samples()), MAX_SAMPLES)
+    per_call = max(1, MAX_ROWS // max(1, len(used) * steps))
     hooks = []
     for name in names:
         def keep(_module, args, _out, name=name):
@@ -83,12 +93,16 @@ def capture_inputs(draft, names: list[str], calib, steps: int) -> tuple[dict[str
         hooks.append(_module(draft.layer, name).register_forward_hook(keep))
     positions = 0
     try:
-        for sample in calib.samples():
-            if sample.input_ids.numel() < 2:
-                continue
-            ids, aux, _ = draft_inputs(sample.input_ids, sample.aux_hidden_states, sample.target_next_ids)
-            draft.propose_all(ids, aux, steps)
-            positions += ids.shape[1]
+        with progress.task("AWQ: the draft's rollout", len(used), unit="samples") as advance:
+            for index, sample in enumerate(calib.samples()):
+                if index not in used:
+                    continue
+                advance(1, 0)
+                if sample.input_ids.numel() < 2:
+                    continue
+                ids, aux, _ = draft_inputs(sample.input_ids, sample.aux_hidden_states, sample.target_next_ids)
+                draft.propose_all(ids, aux, steps)
+                positions += ids.shape[1]
     finally:
         for hook in hooks:
             hook.remove()
@@ -118,7 +132,8 @@ def _attach_quantizers(draft, names: list[str], scheme) -> None:
 
 @torch.no_grad()
 def awq_draft(draft_ckpt: DraftCheckpoint, calib_path: str | Path, plan: QuantPlan, steps: int,
-              taps: tuple[int, ...] | None = None) -> tuple[dict[str, torch.Tensor], AwqRecord]:
+              taps: tuple[int, ...] | None = None,
+              progress: Progress = SILENT) -> tuple[dict[str, torch.Tensor], AwqRecord]:
     """(tensors of the AWQ-scaled and clipped BF16 draft, record)."""
 
     from eagle3_quant.quantize.calibration import calibration_embedding, check_calibration
@@ -133,23 +148,29 @@ def awq_draft(draft_ckpt: DraftCheckpoint, calib_path: str | Path, plan: QuantPl
     prefix = draft.spec.layer_prefix
     # fc (--quantize-fc) sits outside the layer: no AWQ site scales it, Quark rounds it to nearest
     names = [d.module.removeprefix(prefix) for d in plan.quantized if d.module.startswith(prefix)]
-    inputs, positions = capture_inputs(draft, names, calib, steps)
+    inputs, positions = capture_inputs(draft, names, calib, steps, progress)
     _attach_quantizers(draft, names, plan.scheme)
     processor = _quark_processor()
     sites = [s for s in smooth_sites(draft) if all(r.rsplit(".", 1)[-1] in roles for r in s.readers)]
     if sites and sites[0].name == "qkv" and draft.layer.norm_before_residual:
         sites = sites[1:]        # hidden_norm's output is also the residual: the qkv input cannot be scaled
-    scales, record_sites = {}, {}
-    for site in sites:
-        readers = [_module(draft.layer, r) for r in site.readers]
-        x = inputs[site.readers[0]]
-        _, _, best, ratio = processor._search_best_scale(draft.layer, readers[0], readers, x, LinearGroup(readers))
-        scales[site.name] = best.float()
-        record_sites[site.name] = {"ratio": ratio, "scale_min": float(best.min()), "scale_max": float(best.max())}
-        for reader, linear in zip(site.readers, readers, strict=True):      # Quark's apply_scale, then its clip
-            linear.weight.mul_(scales[site.name][None, :])
-            inputs[reader] = inputs[reader] / scales[site.name][None, :]
-    clips = dict(processor._search_best_clip({n: _module(draft.layer, n) for n in names}, inputs))
+    scales, record_sites, clips = {}, {}, {}
+    searched = sum(len(site.readers) for site in sites) + len(names)
+    with progress.task("AWQ: Quark's scale and clip search", searched, unit="linears") as advance:
+        for site in sites:
+            readers = [_module(draft.layer, r) for r in site.readers]
+            x = inputs[site.readers[0]]
+            _, _, best, ratio = processor._search_best_scale(draft.layer, readers[0], readers, x,
+                                                             LinearGroup(readers))
+            scales[site.name] = best.float()
+            record_sites[site.name] = {"ratio": ratio, "scale_min": float(best.min()), "scale_max": float(best.max())}
+            for reader, linear in zip(site.readers, readers, strict=True):      # Quark's apply_scale, then its clip
+                linear.weight.mul_(scales[site.name][None, :])
+                inputs[reader] = inputs[reader] / scales[site.name][None, :]
+            advance(len(readers), 0)
+        for name in names:          # one linear at a time, as Quark's own loop goes (it leaves q and k unclipped)
+            clips.update(processor._search_best_clip({name: _module(draft.layer, name)}, inputs))
+            advance(1, 0)
     tensors = draft_ckpt.checkpoint.load_tensors()
     new = smoothed_tensors(tensors, prefix, draft, sites, scales)
     # the tensors holding the scales (as --smooth-alpha's); clipping below only bounds weights that are quantized
@@ -165,11 +186,11 @@ def awq_draft(draft_ckpt: DraftCheckpoint, calib_path: str | Path, plan: QuantPl
 
 @contextmanager
 def awq_scaled(draft_ckpt: DraftCheckpoint, calib: str | Path, plan: QuantPlan, out: Path, steps: int,
-               taps: tuple[int, ...] | None = None) -> Iterator[tuple[Path, AwqRecord]]:
+               taps: tuple[int, ...] | None = None, progress: Progress = SILENT) -> Iterator[tuple[Path, AwqRecord]]:
     """Write the AWQ-scaled BF16 draft into a hidden folder beside OUT; yield (folder, record); always remove it."""
     total = draft_ckpt.checkpoint.total_bytes
     check_disk(out.parent, total, f"the AWQ-scaled BF16 draft ({gb(total)} at most)")
     check_memory(BASE_BYTES + 4 * total, f"AWQ (the draft held in memory, {gb(total)})", draft_ckpt.path)
-    tensors, record = awq_draft(draft_ckpt, calib, plan, steps, taps)
+    tensors, record = awq_draft(draft_ckpt, calib, plan, steps, taps, progress)
     with written_draft(draft_ckpt, tensors, out, "awq") as folder:
         yield folder, record

@@ -573,3 +573,42 @@ def test_run_says_each_auto_rung_of_its_quantize_stage(auto_pair, tmp_path: Path
     rungs = [line for line in lines[runs + 1:ran] if f"/{len(record.candidates)} " in line]
     assert len(rungs) == len(measured) >= 1
     assert all(f"{r.name}: ratio {r.acceptance_ratio:.4f}" in line for r, line in zip(measured, rungs, strict=True))
+
+
+@pytest.mark.slow
+def test_auto_pairs_every_rung_with_the_serve_taps_drafting(auto_pair):
+    """The BF16 draft's chains the serve-taps measurement drafted are the reference auto pairs every rung with:
+    the same chains its own drafting gives (drafted once, not twice)."""
+    from eagle3_quant.quantize.auto import AUTO_K
+    from eagle3_quant.quantize.auto_measure import Measurer
+    from eagle3_quant.quantize.calibration import check_calibration
+    from eagle3_quant.quantize.serve_taps import decide_serve_taps, measure_serve_taps
+    from eagle3_quant.quantize.vocab_prune import target_token_counts
+    from eagle3_quant.records.calibration import load_calibration
+
+    draft = read_draft(auto_pair.draft)
+    measured = measure_serve_taps(draft, auto_pair.calib, "cpu")
+    taps = decide_serve_taps(draft, "trained", auto_pair.calib, ("vllm",), "cpu", measured)
+    reused = measured.chains(taps.indices, AUTO_K)
+    assert reused is not None and measured.chains(taps.indices, AUTO_K + 1) is None
+    calibration = check_calibration(draft, load_calibration(auto_pair.calib), taps.indices)
+    counts = target_token_counts(auto_pair.calib, draft.config.vocab_size)
+    own = Measurer(draft, calibration, auto_pair.calib, counts, (), "auto", "cpu", AUTO_K).drafts()
+    assert len(own.accepted) == len(reused.accepted) == AUTO_PROMPTS
+    assert all(torch.equal(a, b) for a, b in zip(own.accepted, reused.accepted, strict=True))
+    assert all(torch.equal(a, b) for a, b in zip(own.first, reused.first, strict=True))
+    ticks = []
+    Measurer(draft, calibration, auto_pair.calib, counts, (), "auto", "cpu", AUTO_K,
+             reference=reused).drafts(lambda: ticks.append(1))
+    assert len(ticks) == AUTO_PROMPTS          # progress counts the reference's samples all the same
+
+
+def test_the_table_keeps_a_stopped_rung_to_where_it_stopped():
+    from eagle3_quant.cli.render_auto import short_gate
+
+    assert short_gate("missed: stopped after 32 of 128 samples: ratio at most 0.9806 (95% CI 0.9608..0.9806), so "
+                      "the whole set's lower bound at most 0.9757 < 0.99") == "missed: stopped after 32 of 128 samples"
+    assert short_gate("missed: before any sample: weight SQNR 9.1 dB < 12 (validate)") == \
+        "missed: before any sample"
+    assert short_gate("missed: lower bound 0.9860 < 0.99") == "missed: lower bound 0.9860 < 0.99"
+    assert short_gate(KEPT) == KEPT

@@ -23,6 +23,13 @@ def gate_title(record: AutoChoiceRecord) -> str:
             + (f"; {prediction_text(record.prediction)}" if record.prediction else "") + ")")
 
 
+def short_gate(status: str) -> str:
+    """A rung stopped early, without the why its own line printed (and the manifest keeps): one screen wide."""
+    head, _, _why = status.partition(": ")
+    where, _, _ = _why.partition(": ")
+    return f"{head}: {where}" if where.startswith(("stopped after", "before any sample")) else status
+
+
 def print_auto_choice(record: AutoChoiceRecord) -> None:
     table = Table(title=gate_title(record))
     for column in TABLE_HEADER:      # numbers whole; names and reasons wrap
@@ -32,7 +39,7 @@ def print_auto_choice(record: AutoChoiceRecord) -> None:
         if not (candidate.measured or candidate.chosen or record.measure_all):
             hidden += 1         # one screen: what was measured; the manifest holds every row
             continue
-        table.add_row(*row, style="bold green" if candidate.chosen else None)
+        table.add_row(*row[:-2], short_gate(row[-2]), row[-1], style="bold green" if candidate.chosen else None)
     console.print(table)
     if hidden:
         console.print(f"  {hidden} more candidates not measured (left out, or dearer than the choice): every row is "

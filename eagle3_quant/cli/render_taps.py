@@ -50,7 +50,8 @@ def print_serve_taps(record) -> None:
         table.add_row(r.label, f"[red]{before}[/]: {problem}" if problem else before,
                       _layers(record.feeds_after.get(r.name)))
     console.print(table)
-    written = "; ".join(f"{key} = {value} (was {record.before.get(key)})" for key, value in record.written.items())
+    written = "; ".join(f"{key} = {value}" + (f" (was {record.before[key]})" if record.before.get(key) is not None
+                                              else " (not set before)") for key, value in record.written.items())
     served = "" if record.mode == "as-is" else f"served {_layers(record.served)}, "
     console.print(f"{served}decided by {record.decided_by}: {record.reason}")
     console.print(f"written: {written or 'nothing (the ids unchanged)'}")
