@@ -18,7 +18,7 @@ class MeasuringCost:
     built_s: dict[bool, list[float]] = field(default_factory=lambda: {True: [], False: []})   # written? -> seconds
 
     def add_drafting(self, samples: int, seconds: float) -> None:
-        if samples:
+        if samples and seconds > 0:         # a reading of 0 s (none taken) would win every `min` after it
             self.rates.append(seconds / samples)
 
     @property

@@ -11,6 +11,9 @@ from eagle3_quant.quantize.auto_time import MeasuringCost
 def test_nothing_timed_tells_nothing():
     assert MeasuringCost(32).left([(False, False)]) is None
     assert MeasuringCost(32).left([]) == 0
+    cost = MeasuringCost(32)
+    cost.add_drafting(32, 0.0)              # no reading: not a rate of zero
+    assert cost.per_sample_s is None
 
 
 def test_rungs_cost_drafting_plus_their_unbuilt_weights():
