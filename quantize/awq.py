@@ -82,7 +82,7 @@ def capture_inputs(draft, names: list[str], calib, steps: int,
     from eagle3_quant.runtime.drafting import draft_inputs
 
     kept: dict[str, list[torch.Tensor]] = {n: [] for n in names}
-    used = spread(sum(1 for _ in calib.samples()), MAX_SAMPLES)
+    used = spread(calib.num_samples, MAX_SAMPLES)
     per_call = max(1, MAX_ROWS // max(1, len(used) * steps))
     hooks = []
     for name in names:
