@@ -8,10 +8,11 @@ calibration set (``CALIBRATION_STEPS`` steps from every position, as static scal
 linear, evenly spread), and Quark's own per-layer steps run on them:
 ``_search_best_scale`` (a grid of 20 ratios r, scales ``mean|x|^r`` normalised, each judged by the error of the
 group's outputs with Quark's INT4 fake-quantized weights), then ``_search_best_clip`` on the scaled weights and
-inputs (Quark leaves q/k alone). A scale multiplies the readers' weight columns and divides what produces their input
-(the sites of ``smooth.py``: norm weights, up_proj's rows, MLA kv_b_proj's v rows), in the draft's dtype as Quark's
-``apply_scale`` does; a clip bounds each group of weights. The result is an ordinary BF16 draft with the same names,
-dtypes and shapes; its record (the manifest's ``smoothing``, method AWQ) lists the BF16 tensors the scales changed.
+inputs (Quark leaves q/k alone; its products computed as matmuls: awq_clip.py). A scale multiplies the readers'
+weight columns and divides what produces their input (the sites of ``smooth.py``: norm weights, up_proj's rows, MLA
+kv_b_proj's v rows), in the draft's dtype as Quark's ``apply_scale`` does; a clip bounds each group of weights. The
+result is an ordinary BF16 draft with the same names, dtypes and shapes; its record (the manifest's ``smoothing``,
+method AWQ) lists the BF16 tensors the scales changed.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -26,6 +28,7 @@ from torch import nn
 
 from eagle3_quant.errors import SchemeError
 from eagle3_quant.plan import QuantPlan
+from eagle3_quant.quantize.awq_clip import best_clip
 from eagle3_quant.quantize.smooth import smooth_sites, smoothed_tensors, written_draft
 from eagle3_quant.reading.draft import DraftCheckpoint
 from eagle3_quant.reading.pickle_source import BASE_BYTES
@@ -110,12 +113,14 @@ def capture_inputs(draft, names: list[str], calib, steps: int,
 
 
 def _quark_processor():
-    """Quark's AwqProcessor with the state its per-layer steps read (no model walk: the rollout replaces it)."""
+    """Quark's AwqProcessor with the state its per-layer steps read (no model walk: the rollout replaces it); its
+    clip search's group outputs computed as matmuls (awq_clip.py)."""
     from quark.torch.algorithm.awq.awq import AwqProcessor
 
     processor = object.__new__(AwqProcessor)
     processor.using_accelerate = False
     processor.device = torch.device("cpu")
+    processor._compute_best_clip = partial(best_clip, processor)
     return processor
 
 
