@@ -228,11 +228,10 @@ def _quantize_smoothed(src: str | Path, out: str | Path, opts: QuantizeOptions, 
     draft = _read_served(src, opts)
     out = check_output_target(Path(out), draft.path, opts.force)
     scan_source(draft)            # a NaN/Inf weight named before smoothing measures anything
-    progress.say(f"SmoothQuant (alpha {opts.smooth_alpha}): activation scales measured on the calibration set first")
     roles = {d.role for d in make_plan(draft, get_scheme(opts.scheme), opts.exclude, opts.quantize_fc).quantized}
     taps = _serve_taps(draft, opts, measured)
-    with smoothed(draft, opts.calib, opts.smooth_alpha, roles, out, CALIBRATION_STEPS, taps.indices) as (folder,
-                                                                                                      record):
+    with smoothed(draft, opts.calib, opts.smooth_alpha, roles, out, CALIBRATION_STEPS, taps.indices,
+                  progress) as (folder, record):
         return _quantize(folder, out, replace(opts, revision=None), command, origin=draft.source,
                          smoothing=record.to_dict(), taps=taps, progress=progress)
 
@@ -321,17 +320,12 @@ def _quantize(src: str | Path, out: str | Path, opts: QuantizeOptions, command: 
         with timer.stage("import quark.torch (wait)"):
             timer.seconds["import quark.torch (background)"] = quark_import.result()[1]
         calibration = gptq = None
-        if chosen.needs_calibration or opts.gptq:
-            what = " and ".join(x for x, on in (("GPTQ rounding", opts.gptq),
-                                                ("static input scales", chosen.needs_calibration)) if on)
-            progress.say(f"Quark: {what} measured on the calibration set; Quark reports no progress (minutes on a "
-                         "large draft)")
         with timer.stage("quark"):
             if _in_memory(chosen, opts):
                 from eagle3_quant.quantize.quark_memory import run_in_memory
 
                 made = run_in_memory(draft, plan, calib if chosen.needs_calibration or opts.gptq else None, staging,
-                                     device, opts.verbose, gptq=opts.gptq, taps=taps.indices)
+                                     device, opts.verbose, gptq=opts.gptq, taps=taps.indices, progress=progress)
                 calibration = made.calibration.to_dict() if made.calibration is not None else None
                 gptq = made.gptq.to_dict() if made.gptq is not None else None
             else:

@@ -3,12 +3,16 @@ draft reads it with, and the batches aligned as vLLM feeds the draft (see ``eagl
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import torch
 
 from eagle3_quant.errors import DraftFormatError, Eagle3QuantError
 from eagle3_quant.reading.draft import DraftCheckpoint
 from eagle3_quant.reading.layout import EMBEDDING_NAMES
 from eagle3_quant.records.calibration import CalibrationSet
+from eagle3_quant.util.progress import Progress
 
 # Draft steps run from every calibration position when observing activations: vLLM's usual
 # num_speculative_tokens for Eagle3 drafts, so later steps (fed the draft's own hidden) are covered too.
@@ -74,3 +78,17 @@ def calibration_batches(calib: CalibrationSet, device: str | torch.device, with_
             batch["targets"] = targets.to(device)
         batches.append(batch)
     return batches
+
+
+@contextmanager
+def counted_forwards(model: torch.nn.Module, progress: Progress, name: str, total: int) -> Iterator[None]:
+    """A progress task advanced by each forward of `model` on one calibration batch (one sample, its positions the
+    tokens): how Quark's calibration loop and GPTQ's rollouts, which report nothing, are counted."""
+    with progress.task(name, total, unit="samples") as advance:
+        def count(_module, _args, kwargs):
+            advance(1, int(kwargs["input_ids"].numel()) if "input_ids" in kwargs else 0)
+        handle = model.register_forward_pre_hook(count, with_kwargs=True)
+        try:
+            yield
+        finally:
+            handle.remove()

@@ -19,8 +19,9 @@ from dataclasses import asdict, dataclass
 import torch
 
 from eagle3_quant.plan import QuantPlan
-from eagle3_quant.quantize.calibration import batch_positions
+from eagle3_quant.quantize.calibration import batch_positions, counted_forwards
 from eagle3_quant.reading.draft import DraftCheckpoint
+from eagle3_quant.util.progress import SILENT, Progress
 
 DAMP_PERCENT = 0.01     # Quark's GPTQConfig defaults
 BLOCK_SIZE = 128
@@ -63,31 +64,40 @@ def _hessian_hook(algorithm, name: str):
 
 @torch.no_grad()
 def round_with_gptq(model: torch.nn.Module, order: Sequence[Sequence[str]], batches: list[dict],
-                    steps: int, scale_dtype: torch.dtype | None = None) -> GptqRecord:
-    """Run GPTQ on `model` (Quark-prepared: each quantized linear has its weight quantizer) in place.
+                    steps: int, scale_dtype: torch.dtype | None = None, progress: Progress = SILENT) -> GptqRecord:
+    """Run GPTQ on `model` (Quark-prepared: each quantized linear has its weight quantizer) in place; each layer
+    group's rollout over the batches counted on `progress`.
 
     `scale_dtype`: Quark's GPTQ sets its group scales in float32 (computed from the float32 weight); INT4 scales are
     exported in the model's dtype, the one vLLM holds them in, so they are cast back to it before the export rounds
     the weights to codes with them."""
-    from quark.torch.algorithm.gptq.gptq import GPTQ
-
     started = time.perf_counter()
     modules = dict(model.named_modules())
-    for group in order:
-        algorithms = {name: GPTQ(modules[name]) for name in group}
-        hooks = [modules[name].register_forward_hook(_hessian_hook(algorithms[name], name)) for name in group]
-        try:
-            for batch in batches:
-                model(**batch)
-        finally:
-            for hook in hooks:
-                hook.remove()
-        for name in group:
-            layer = modules[name]
-            algorithms[name].quantize(BLOCK_SIZE, DAMP_PERCENT, layer._weight_quantizer.group_size, ACT_ORDER,
-                                      True, False, {})
-            algorithms[name].free()
-            if scale_dtype is not None:
-                layer._weight_quantizer.scale.data = layer._weight_quantizer.scale.data.to(scale_dtype)
+    task = f"GPTQ: Hessians, one rollout per layer group ({len(order)} groups)"
+    with counted_forwards(model, progress, task, len(order) * len(batches)):
+        for group in order:
+            _round_group(model, modules, group, batches, scale_dtype)
     return GptqRecord(len(batches), batch_positions(batches), steps, [list(g) for g in order],
                       seconds=round(time.perf_counter() - started, 2))
+
+
+def _round_group(model: torch.nn.Module, modules: dict[str, torch.nn.Module], group: Sequence[str],
+                 batches: list[dict], scale_dtype: torch.dtype | None) -> None:
+    """One layer group: its linears' Hessians over the rollout, then Quark's rounding of each."""
+    from quark.torch.algorithm.gptq.gptq import GPTQ
+
+    algorithms = {name: GPTQ(modules[name]) for name in group}
+    hooks = [modules[name].register_forward_hook(_hessian_hook(algorithms[name], name)) for name in group]
+    try:
+        for batch in batches:
+            model(**batch)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    for name in group:
+        layer = modules[name]
+        algorithms[name].quantize(BLOCK_SIZE, DAMP_PERCENT, layer._weight_quantizer.group_size, ACT_ORDER,
+                                  True, False, {})
+        algorithms[name].free()
+        if scale_dtype is not None:
+            layer._weight_quantizer.scale.data = layer._weight_quantizer.scale.data.to(scale_dtype)

@@ -26,6 +26,7 @@ from eagle3_quant.quantize.calibration import (
     calibration_batches,
     calibration_embedding,
     check_calibration,
+    counted_forwards,
 )
 from eagle3_quant.quantize.gptq import GptqRecord, round_with_gptq, rounding_order
 from eagle3_quant.quantize.quark_file import quark_config, quark_exclude_modules
@@ -35,6 +36,7 @@ from eagle3_quant.reading.layout import fused_groups
 from eagle3_quant.records.calibration import load_calibration
 from eagle3_quant.records.public_names import public_name
 from eagle3_quant.runtime.serving import serving_numerics
+from eagle3_quant.util.progress import SILENT, Progress
 
 
 @dataclass(frozen=True)
@@ -75,8 +77,10 @@ class InMemoryResult:
 
 
 def run_in_memory(draft: DraftCheckpoint, plan: QuantPlan, calib_path: Path | None, out_dir: Path, device: str,
-                  verbose: bool = False, gptq: bool = False, taps: tuple[int, ...] | None = None) -> InMemoryResult:
-    """`calib_path` None: a weight-only scheme rounded to nearest (INT4), which runs no forward."""
+                  verbose: bool = False, gptq: bool = False, taps: tuple[int, ...] | None = None,
+                  progress: Progress = SILENT) -> InMemoryResult:
+    """`calib_path` None: a weight-only scheme rounded to nearest (INT4), which runs no forward. Quark's static
+    calibration and GPTQ's rollouts are counted on `progress` in samples."""
     from transformers import PretrainedConfig
 
     from eagle3_quant.quantize.quark_model import Eagle3QuarkModel
@@ -102,10 +106,11 @@ def run_in_memory(draft: DraftCheckpoint, plan: QuantPlan, calib_path: Path | No
             # dynamic inputs: the observers see the weights only, one batch runs the prepared model once; a
             # weight-only scheme runs none
             data = batches if static else batches[:1] if plan.scheme.input.quantized else None
-            model = quantizer.quantize_model(model, data or None)
+            with counted_forwards(model, progress if static else SILENT, "Quark: static input scales", len(batches)):
+                model = quantizer.quantize_model(model, data or None)
             if gptq:
                 rounding = round_with_gptq(model, rounding_order(draft, plan), batches, CALIBRATION_STEPS,
-                                           runtime.dtype if scale_type is None else None)
+                                           runtime.dtype if scale_type is None else None, progress)
             model = quantizer.freeze(model)
             quark.export_safetensors(model, str(out_dir), custom_mode="quark")
     except Exception as exc:  # Quark raises many types; surface one typed error naming the source

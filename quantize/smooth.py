@@ -31,6 +31,7 @@ from eagle3_quant.reading.families import DraftFamily
 from eagle3_quant.reading.pickle_source import BASE_BYTES
 from eagle3_quant.records.public_names import public_name
 from eagle3_quant.util.outdir import scratch_for
+from eagle3_quant.util.progress import SILENT, Progress
 from eagle3_quant.util.resources import check_disk, check_memory, gb
 
 SCALE_LOG2_LIMIT = 8          # |log2 s| <= 8: a channel is never moved by more than 256x either way
@@ -84,8 +85,8 @@ def _module(root, path: str):
 
 @torch.no_grad()
 def input_amax(draft, sites: list[SmoothSite], calib, steps: int, max_samples: int | None = None,
-               ) -> tuple[dict[str, torch.Tensor], int]:
-    """Per site, amax of its input per channel over every drafted position (steps 0..steps-1)."""
+               progress: Progress = SILENT) -> tuple[dict[str, torch.Tensor], int]:
+    """Per site, amax of its input per channel over every drafted position (steps 0..steps-1), counted in samples."""
     from eagle3_quant.runtime.drafting import draft_inputs
 
     amax: dict[str, torch.Tensor] = {}
@@ -96,15 +97,18 @@ def input_amax(draft, sites: list[SmoothSite], calib, steps: int, max_samples: i
             amax[name] = torch.maximum(amax[name], x) if name in amax else x
         hooks.append(_module(draft.layer, site.readers[0]).register_forward_hook(record))
     positions = 0
+    total = calib.num_samples if max_samples is None else min(max_samples, calib.num_samples)
     try:
-        for index, sample in enumerate(calib.samples()):
-            if max_samples is not None and index >= max_samples:
-                break
-            if sample.input_ids.numel() < 2:
-                continue
-            ids, aux, _ = draft_inputs(sample.input_ids, sample.aux_hidden_states, sample.target_next_ids)
-            draft.propose_all(ids.to(draft.fc.weight.device), aux.to(draft.fc.weight.device), steps)
-            positions += ids.shape[1]
+        with progress.task("SmoothQuant: the draft's rollout", total, unit="samples") as advance:
+            for index, sample in enumerate(calib.samples()):
+                if max_samples is not None and index >= max_samples:
+                    break
+                advance(1, 0)
+                if sample.input_ids.numel() < 2:
+                    continue
+                ids, aux, _ = draft_inputs(sample.input_ids, sample.aux_hidden_states, sample.target_next_ids)
+                draft.propose_all(ids.to(draft.fc.weight.device), aux.to(draft.fc.weight.device), steps)
+                positions += ids.shape[1]
     finally:
         for hook in hooks:
             hook.remove()
@@ -156,7 +160,8 @@ def smoothed_tensors(tensors: dict[str, torch.Tensor], prefix: str, draft, sites
 
 
 def smooth_draft(draft_ckpt: DraftCheckpoint, calib_path: str | Path, alpha: float, quantized_roles: set[str],
-                 steps: int, taps: tuple[int, ...] | None = None) -> tuple[dict[str, torch.Tensor], Smoothing]:
+                 steps: int, taps: tuple[int, ...] | None = None,
+                 progress: Progress = SILENT) -> tuple[dict[str, torch.Tensor], Smoothing]:
     """(tensors of the smoothed BF16 draft, record). `quantized_roles`: the planned FP8 roles (q_a_proj, ...)."""
 
     from eagle3_quant.quantize.calibration import calibration_embedding, check_calibration
@@ -168,7 +173,7 @@ def smooth_draft(draft_ckpt: DraftCheckpoint, calib_path: str | Path, alpha: flo
     sites = [s for s in smooth_sites(draft) if any(r.rsplit(".", 1)[-1] in quantized_roles for r in s.readers)]
     if not sites:
         raise SchemeError("--smooth-alpha: no planned FP8 linear reads a smoothable input", field="smooth_alpha")
-    amax, positions = input_amax(draft, sites, calib, steps)
+    amax, positions = input_amax(draft, sites, calib, steps, progress=progress)
     scales = {s.name: site_scale(amax[s.name], [_module(draft.layer, r).weight for r in s.readers], alpha)
               for s in sites}
     if "qkv" in scales and draft.layer.norm_before_residual:     # hidden_norm's output is the residual too
@@ -186,12 +191,13 @@ def smooth_draft(draft_ckpt: DraftCheckpoint, calib_path: str | Path, alpha: flo
 
 @contextmanager
 def smoothed(draft_ckpt: DraftCheckpoint, calib: str | Path, alpha: float, quantized_roles: set[str], out: Path,
-             steps: int, taps: tuple[int, ...] | None = None) -> Iterator[tuple[Path, Smoothing]]:
+             steps: int, taps: tuple[int, ...] | None = None,
+             progress: Progress = SILENT) -> Iterator[tuple[Path, Smoothing]]:
     """Write the smoothed BF16 draft into a hidden folder beside OUT; yield (folder, record); always remove it."""
     total = draft_ckpt.checkpoint.total_bytes
     check_disk(out.parent, total, f"the smoothed BF16 draft ({gb(total)} at most)")
     check_memory(BASE_BYTES + 3 * total, f"smoothing (the draft held in memory, {gb(total)})", draft_ckpt.path)
-    tensors, record = smooth_draft(draft_ckpt, calib, alpha, quantized_roles, steps, taps)
+    tensors, record = smooth_draft(draft_ckpt, calib, alpha, quantized_roles, steps, taps, progress)
     with written_draft(draft_ckpt, tensors, out, "smooth") as folder:
         yield folder, record
 

@@ -2,15 +2,34 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from eagle3_quant.reading.formats import DraftFormat
+from eagle3_quant.util.progress import Silent
 from fixtures.synthetic import write_synthetic_draft
 
 # hub_server: a local Hub, validated OUT copies; tiny_pair: the committed tiny real target/draft pair
 pytest_plugins = ["calib_capture_fixtures", "hub_server.fixtures", "tiny_pair_fixtures"]
+
+
+class Counted(Silent):
+    """A Progress that keeps each task's name, total, unit and the items advanced."""
+
+    def __init__(self) -> None:
+        self.tasks: list[list] = []
+
+    @contextmanager
+    def task(self, name, total, done=0, unit="prompts"):
+        row = [name, total, unit, 0]
+        self.tasks.append(row)
+
+        def advance(items, tokens=0):
+            row[3] += items
+
+        yield advance
 
 
 def load_tensors(folder: Path) -> dict:

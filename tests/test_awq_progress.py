@@ -3,31 +3,12 @@ search in linears, each task ending at its total."""
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 import pytest
+from conftest import Counted
 
 from eagle3_quant.quantize.api import quantize_draft
 from eagle3_quant.quantize.awq import MAX_SAMPLES, spread
 from eagle3_quant.records.calibration import load_calibration
-from eagle3_quant.util.progress import Silent
-
-
-class Counted(Silent):
-    """A Progress that keeps each task's name, total, unit and the items advanced."""
-
-    def __init__(self) -> None:
-        self.tasks: list[list] = []
-
-    @contextmanager
-    def task(self, name, total, done=0, unit="prompts"):
-        row = [name, total, unit, 0]
-        self.tasks.append(row)
-
-        def advance(items, tokens=0):
-            row[3] += items
-
-        yield advance
 
 
 def test_spread_picks_evenly_and_all_when_few():

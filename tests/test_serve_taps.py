@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import load_tensors
+from conftest import Counted, load_tensors
 from tiny_pair_fixtures import NEW_TOKENS, PAIR, fixture_module
 
 from eagle3_quant.cli import main
@@ -20,6 +20,7 @@ from eagle3_quant.errors import DraftFormatError
 from eagle3_quant.export.card import build_card
 from eagle3_quant.quantize.api import quantize_draft
 from eagle3_quant.reading.draft import read_draft
+from eagle3_quant.records.calibration import load_calibration
 from eagle3_quant.records.manifest import Manifest
 from eagle3_quant.taps.capture import capture_taps
 from eagle3_quant.taps.conventions import AUX_KEY
@@ -82,9 +83,23 @@ def test_the_manifest_records_what_was_written_why_and_the_measured_acceptance(a
 
 
 @pytest.fixture(scope="module")
-def reports(artifacts, tiny_pair, union_calib):
-    return {name: validate_draft(out, reference=tiny_pair.draft, calib=union_calib, kernel=False)
+def counted():
+    return {name: Counted() for name in ("trained", "as-is")}
+
+
+@pytest.fixture(scope="module")
+def reports(artifacts, tiny_pair, union_calib, counted):
+    return {name: validate_draft(out, reference=tiny_pair.draft, calib=union_calib, kernel=False,
+                                 progress=counted[name])
             for name, out in artifacts.items()}
+
+
+def test_validate_counts_both_drafts_under_the_other_candidate(reports, counted, union_calib):
+    samples = load_calibration(union_calib).num_samples
+    for name in ("trained", "as-is"):
+        assert counted[name].tasks == [
+            ["fidelity: both drafts on the calibration set", samples, "samples", samples],
+            ["taps: both drafts under the set's 1 other layer choice", 2 * samples, "samples", 2 * samples]], name
 
 
 def test_validate_measures_the_acceptance_under_each_candidate(reports):

@@ -107,7 +107,7 @@ def _fidelity(art: Fp8Artifact, reference: DraftCheckpoint | None, calib: Calibr
     metrics = {**result.metrics(), "compute_dtype": numerics.dtype_name, "prediction": numerics.record(),
                "device": device, "aux_layer_ids": list(view.info.aux_layer_ids)}
     rows = candidate_rows(art.config, calib, layers, fp8_draft, bf16_draft, k, max_samples, view.info.aux_layer_ids,
-                          (result.reference, result.candidate))
+                          (result.reference, result.candidate), progress)
     checks = fidelity_gates(result, gates, label, k)
     return checks, metrics, rows
 

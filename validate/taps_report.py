@@ -11,6 +11,7 @@ from eagle3_quant.records.validation_metrics import TapsMeasured
 from eagle3_quant.taps.calibration_view import draft_view
 from eagle3_quant.taps.capture import held_candidates
 from eagle3_quant.taps.engine_rules import Engine, engine_feeds, engine_taps
+from eagle3_quant.util.progress import SILENT, Progress
 
 
 def served_view(calib: CalibrationSet, config: DraftConfig, layers: int | None) -> CalibrationSet:
@@ -24,20 +25,29 @@ def served_view(calib: CalibrationSet, config: DraftConfig, layers: int | None) 
 
 
 def candidate_rows(config: DraftConfig, calib: CalibrationSet, layers: int | None, fp8, bf16, k: int,
-                   max_samples: int | None, served: tuple[int, ...], served_stats) -> list[TapsMeasured]:
+                   max_samples: int | None, served: tuple[int, ...], served_stats,
+                   progress: Progress = SILENT) -> list[TapsMeasured]:
     """Acceptance under each candidate the set holds (`served_stats`: the fidelity run's (BF16, FP8) statistics,
-    for the layers it was run on)."""
-    from eagle3_quant.runtime.acceptance import acceptance_stats, chain_acceptance
+    for the layers it was run on); both drafts' runs under the others counted on `progress` in samples."""
+    from eagle3_quant.runtime.acceptance import acceptance_stats, draft_chains
 
     feeds = engine_feeds(config, layers)
+    candidates = held_candidates(config, calib.stored_layers, calib.info.extra, layers)
+    others = [c for c in candidates if not (c.indices == served and served_stats is not None)]
+    samples = calib.num_samples if max_samples is None else min(max_samples, calib.num_samples)
+    measured = {}
+    if others:
+        with progress.task(f"taps: both drafts under the set's {len(others)} other layer "
+                           f"choice{'s' if len(others) > 1 else ''}", 2 * len(others) * samples,
+                           unit="samples") as advance:
+            for candidate in others:
+                view = calib.select(candidate.indices)
+                measured[candidate.name] = tuple(
+                    acceptance_stats(draft_chains(d, view, k, max_samples, lambda: advance(1, 0)).accepted, k)
+                    for d in (bf16, fp8))
     rows = []
-    for candidate in held_candidates(config, calib.stored_layers, calib.info.extra, layers):
-        if candidate.indices == served and served_stats is not None:
-            ref_stats, cand_stats = served_stats
-        else:
-            view = calib.select(candidate.indices)
-            ref_stats, cand_stats = (acceptance_stats(chain_acceptance(d, view, k, max_samples), k)
-                                     for d in (bf16, fp8))
+    for candidate in candidates:
+        ref_stats, cand_stats = measured.get(candidate.name, served_stats)
         rows.append(TapsMeasured(
             candidate.name, tuple(candidate.indices),
             tuple(f.reader for f in feeds if f.indices == candidate.indices and not f.problem),

@@ -13,19 +13,24 @@ from eagle3_quant.util.progress import Advance, Throughput
 LINE_EVERY_S = 30.0
 
 
-def _console():
-    from eagle3_quant.cli.data_console import data_console
-
-    return data_console(sys.stderr)
-
-
 class TerminalProgress:
+    """Draws on the stderr the verb started with: a library's quiet block (Quark's, which swaps sys.stderr for a
+    buffer) does not swallow the progress of the work inside it."""
+
+    def __init__(self) -> None:
+        self.stream = sys.stderr
+
+    def _console(self):
+        from eagle3_quant.cli.data_console import data_console
+
+        return data_console(self.stream)
+
     def say(self, text: str) -> None:
-        _console().print(text)
+        self._console().print(text)
 
     @contextmanager
     def task(self, name: str, total: int, done: int = 0, unit: str = "prompts") -> Iterator[Advance]:
-        console = _console()
+        console = self._console()
         counted = Throughput(total, done)
         if not console.is_terminal:          # logs: a plain line now and then, and one at the end
             printed = {"at": time.perf_counter()}
