@@ -25,8 +25,9 @@ from eagle3_quant.devices import DeviceProfile
 from eagle3_quant.errors import AcceptanceGateError, CalibrationDataError, Eagle3QuantError
 from eagle3_quant.quantize.auto_ladder import Candidate, Ladder, build_ladder, vocab_sizes
 from eagle3_quant.quantize.auto_measure import Measurer, Trial, in_memory
-from eagle3_quant.quantize.auto_time import MeasuringCost
+from eagle3_quant.quantize.auto_time import MeasuringCost, Stopwatch
 from eagle3_quant.quantize.calibration import CALIBRATION_STEPS
+from eagle3_quant.quantize.quark_import import importing_in_background
 from eagle3_quant.quantize.vocab_prune import current_target_ids, target_token_counts
 from eagle3_quant.reading.draft import DraftCheckpoint
 from eagle3_quant.records.auto_choice import GATE_RULE, KEPT, NOT_MEASURED, AutoCandidateRecord, AutoChoiceRecord
@@ -126,12 +127,12 @@ def measure_ladder(measurer: Measurer, ladder: Ladder, settings: AutoSettings, s
         def tick() -> None:
             advance(1, 0)
 
-        started = time.perf_counter()
+        watch = Stopwatch(importing_in_background)
         drafted_here = not measurer.has_reference()
         if not acceptance_stats(measurer.drafts(tick).accepted, AUTO_K).drafts:
             raise _no_chains()            # no candidate could be rated: refused before measuring any
         cost = MeasuringCost(samples)
-        cost.add_drafting(samples, time.perf_counter() - started if drafted_here else reference_s)
+        cost.add_drafting(samples, watch.alone(watch.elapsed()) if drafted_here else reference_s)
 
         def left_after(index: int) -> float | None:
             keys, rungs = set(), []
@@ -154,13 +155,15 @@ def measure_ladder(measurer: Measurer, ladder: Ladder, settings: AutoSettings, s
                              "temporary folder first (its scales come from Quark's own run)")
             built_here = not measurer.prepared(cand)
             done += 1
+            watch = Stopwatch(importing_in_background)
             try:
                 trial = measurer.measure(cand, tick, probe, settings.gate)
             except Eagle3QuantError as exc:      # quantize refuses to write it (its own check, before any work)
                 outcomes.append(Outcome(cand, None, f"left out: quantize refuses it: {exc.message}"))
                 continue
-            cost.add_rung(samples if trial.probed is None else trial.probed, trial.seconds,
-                          trial.prepared_s if built_here else None, not in_memory(get_scheme(cand.scheme)))
+            cost.add_rung(samples if trial.probed is None else trial.probed, watch.alone(trial.seconds),
+                          watch.alone(trial.prepared_s) if built_here else None,
+                          not in_memory(get_scheme(cand.scheme)))
             if trial.probed is not None:
                 for _ in range(samples - trial.probed):     # the samples it was spared, so the bar stays true
                     tick()

@@ -3,12 +3,35 @@ seconds per sample of the faster of the last two draftings: it follows the load)
 unless a rung of the same scheme built them (a Quark write at the average write so far, the in-memory twins at
 theirs, each without the first of its kind, which pays once-only costs; with no other yet, as long as drafting every
 sample). Rungs stopped early make it an upper end: `quantize` prints "up to about" until a rung keeps the gate.
+
+A drafting timed while Quark's import ran in the background is counted at the measuring thread's CPU seconds, not
+its wall seconds (`Stopwatch`): the import holds the GIL for seconds and then ends; on the tiny pair it tripled the
+first rungs' wall time, and the estimate read that rate for every rung after them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+
+
+class Stopwatch:
+    """Times work on this thread; `alone(seconds)` scales seconds it measured to the work alone: by this thread's
+    CPU share of the wall time when `beside()` (other work in this process) held at the start or at the end."""
+
+    def __init__(self, beside: Callable[[], bool]) -> None:
+        self.beside, self.shared = beside, beside()
+        self.wall, self.cpu = time.perf_counter(), time.thread_time()
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.wall
+
+    def alone(self, seconds: float) -> float:
+        wall = self.elapsed()
+        if not (self.shared or self.beside()) or wall <= 0:
+            return seconds
+        return seconds * min(1.0, (time.thread_time() - self.cpu) / wall)
 
 
 @dataclass

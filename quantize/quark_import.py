@@ -50,6 +50,14 @@ def eager_fake_quantize() -> None:
     tensor_quantize.QUARK_DISABLE_COMPILE = True
 
 
+_background: list[Future] = []
+
+
+def importing_in_background() -> bool:
+    """Is a background import still running (a thread holding the GIL beside this one)?"""
+    return any(not future.done() for future in _background)
+
+
 def import_quark_in_background(verbose: bool = False) -> Future:
     """Start the import in a worker thread; the future's result is (quark.torch, seconds the import took).
 
@@ -67,6 +75,7 @@ def import_quark_in_background(verbose: bool = False) -> Future:
     pool = ThreadPoolExecutor(1, thread_name_prefix="import-quark")
     future = pool.submit(timed)
     pool.shutdown(wait=False)
+    _background[:] = [f for f in _background if not f.done()] + [future]
     return future
 
 

@@ -4,7 +4,6 @@ the BF16 draft's acceptance under each candidate the set holds; ``taps/serve_dec
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,7 +35,7 @@ class TapsMeasurement:
     layers: int | None
     drafted: list               # (candidate, its chains: runtime.acceptance.Chains)
     unmeasured: str = ""        # why the candidates were not measured ("" when they were, or there are none)
-    seconds_per_draft: float = 0.0      # drafting one candidate's chains took, on average
+    seconds_per_draft: float = 0.0      # drafting one candidate's chains took, on average (alone: auto_time.Stopwatch)
 
     @property
     def measured(self) -> list:
@@ -60,10 +59,13 @@ def measure_serve_taps(draft: DraftCheckpoint, calib_path: Path | None, device: 
     candidates = held_candidates(draft.config, calib.stored_layers, calib.info.extra, layers) if calib else ()
     if not candidates:
         return TapsMeasurement(layers, [])
-    started = time.perf_counter()
+    from eagle3_quant.quantize.auto_time import Stopwatch
+    from eagle3_quant.quantize.quark_import import importing_in_background
+
+    watch = Stopwatch(importing_in_background)     # auto reads its rate for the time left
     try:
         drafted = _measure(draft, calib, candidates, device)
-        return TapsMeasurement(layers, drafted, seconds_per_draft=(time.perf_counter() - started) / len(drafted))
+        return TapsMeasurement(layers, drafted, seconds_per_draft=watch.alone(watch.elapsed()) / len(drafted))
     except Exception as exc:   # noqa: BLE001 - the draft cannot run on this set here (its embedding, the
         # target's files out of reach): the measurement is optional, the config decides, and the reason says so
         why = exc.message if isinstance(exc, Eagle3QuantError) else f"{type(exc).__name__}: {exc}"

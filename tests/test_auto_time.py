@@ -3,9 +3,13 @@ unbuilt rung's weights at the average of its kind without the first (or one draf
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
+
 import pytest
 
-from eagle3_quant.quantize.auto_time import MeasuringCost
+from eagle3_quant.quantize.auto_time import MeasuringCost, Stopwatch
 
 
 def test_nothing_timed_tells_nothing():
@@ -34,3 +38,31 @@ def test_rungs_cost_drafting_plus_their_unbuilt_weights():
     assert cost.left([(True, False)]) == pytest.approx(30 + 30)      # one write seen: its first, so one drafting
     cost.add_rung(100, 80.0, 50.0, written=True)
     assert cost.left([(True, False)]) == pytest.approx(30 + 50)
+
+
+def test_stopwatch_keeps_seconds_when_nothing_ran_beside():
+    watch = Stopwatch(lambda: False)
+    time.sleep(0.05)                                      # no CPU, but nothing beside: wall seconds stand
+    assert watch.alone(7.0) == 7.0
+    assert watch.elapsed() >= 0.05
+
+
+@pytest.mark.parametrize("beside_at", [(True, True), (True, False), (False, True)])
+def test_stopwatch_counts_this_threads_cpu_share_when_work_ran_beside(beside_at):
+    readings = iter(beside_at)
+    watch = Stopwatch(lambda: next(readings))
+    time.sleep(0.2)                  # waiting, as for a GIL another thread holds: almost no CPU on this thread
+    assert 0 <= watch.alone(10.0) < 2.0
+
+
+@pytest.mark.slow
+def test_a_background_import_counts_as_running_until_it_ends():
+    code = ("from eagle3_quant.quantize.quark_import import import_quark_in_background, importing_in_background\n"
+            "assert not importing_in_background()\n"
+            "future = import_quark_in_background()\n"
+            "print(importing_in_background())\n"
+            "future.result()\n"
+            "print(importing_in_background())\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.split() == ["True", "False"]
