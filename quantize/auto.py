@@ -132,7 +132,7 @@ def measure_ladder(measurer: Measurer, ladder: Ladder, settings: AutoSettings, s
         if not acceptance_stats(measurer.drafts(tick).accepted, AUTO_K).drafts:
             raise _no_chains()            # no candidate could be rated: refused before measuring any
         cost = MeasuringCost(samples)
-        cost.add_drafting(samples, watch.alone(watch.elapsed()) if drafted_here else reference_s)
+        cost.add_drafting(samples, watch.elapsed_alone() if drafted_here else reference_s)
 
         def left_after(index: int) -> float | None:
             keys, rungs = set(), []

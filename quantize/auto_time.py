@@ -27,6 +27,9 @@ class Stopwatch:
     def elapsed(self) -> float:
         return time.perf_counter() - self.wall
 
+    def elapsed_alone(self) -> float:
+        return self.alone(self.elapsed())
+
     def alone(self, seconds: float) -> float:
         wall = self.elapsed()
         if not (self.shared or self.beside()) or wall <= 0:

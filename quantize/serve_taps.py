@@ -65,7 +65,7 @@ def measure_serve_taps(draft: DraftCheckpoint, calib_path: Path | None, device: 
     watch = Stopwatch(importing_in_background)     # auto reads its rate for the time left
     try:
         drafted = _measure(draft, calib, candidates, device)
-        return TapsMeasurement(layers, drafted, seconds_per_draft=watch.alone(watch.elapsed()) / len(drafted))
+        return TapsMeasurement(layers, drafted, seconds_per_draft=watch.elapsed_alone() / len(drafted))
     except Exception as exc:   # noqa: BLE001 - the draft cannot run on this set here (its embedding, the
         # target's files out of reach): the measurement is optional, the config decides, and the reason says so
         why = exc.message if isinstance(exc, Eagle3QuantError) else f"{type(exc).__name__}: {exc}"

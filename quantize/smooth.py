@@ -84,7 +84,7 @@ def _module(root, path: str):
 
 
 @torch.no_grad()
-def input_amax(draft, sites: list[SmoothSite], calib, steps: int, max_samples: int | None = None,
+def input_amax(draft, sites: list[SmoothSite], calib, steps: int,
                progress: Progress = SILENT) -> tuple[dict[str, torch.Tensor], int]:
     """Per site, amax of its input per channel over every drafted position (steps 0..steps-1), counted in samples."""
     from eagle3_quant.runtime.drafting import draft_inputs
@@ -97,12 +97,9 @@ def input_amax(draft, sites: list[SmoothSite], calib, steps: int, max_samples: i
             amax[name] = torch.maximum(amax[name], x) if name in amax else x
         hooks.append(_module(draft.layer, site.readers[0]).register_forward_hook(record))
     positions = 0
-    total = calib.num_samples if max_samples is None else min(max_samples, calib.num_samples)
     try:
-        with progress.task("SmoothQuant: the draft's rollout", total, unit="samples") as advance:
-            for index, sample in enumerate(calib.samples()):
-                if max_samples is not None and index >= max_samples:
-                    break
+        with progress.task("SmoothQuant: the draft's rollout", calib.num_samples, unit="samples") as advance:
+            for sample in calib.samples():
                 advance(1, 0)
                 if sample.input_ids.numel() < 2:
                     continue
@@ -173,7 +170,7 @@ def smooth_draft(draft_ckpt: DraftCheckpoint, calib_path: str | Path, alpha: flo
     sites = [s for s in smooth_sites(draft) if any(r.rsplit(".", 1)[-1] in quantized_roles for r in s.readers)]
     if not sites:
         raise SchemeError("--smooth-alpha: no planned FP8 linear reads a smoothable input", field="smooth_alpha")
-    amax, positions = input_amax(draft, sites, calib, steps, progress=progress)
+    amax, positions = input_amax(draft, sites, calib, steps, progress)
     scales = {s.name: site_scale(amax[s.name], [_module(draft.layer, r).weight for r in s.readers], alpha)
               for s in sites}
     if "qkv" in scales and draft.layer.norm_before_residual:     # hidden_norm's output is the residual too
