@@ -5,8 +5,9 @@ The search is Quark's: the same tokens (every ``rows // n_sample_token``-th inpu
 ``max_shrink * n_grid`` clip ratios, Quark's own INT4 fake-quantizer (``pseudo_quantize_tensor``), the same error
 (mean over tokens of each group's squared output error) and the same strict-improvement rule. Only the sum over a
 group's inputs changes: the broadcast builds an [outputs, tokens, groups, group size] float32 tensor per output
-batch and grid point; a matmul never does, and is 6-15x faster on a draft's linears on a CPU
-(tests/test_awq_clip.py checks the clips equal Quark's own method's).
+batch and grid point; a matmul never does, and is 6-15x faster on a draft's linears on a CPU. The sums' order
+differs, so a group whose two best grid points tie within float rounding may pick either (tests/test_awq_clip.py:
+every group equal to Quark's own method's on this machine, and the real pair's AWQ artifact byte-identical).
 """
 
 from __future__ import annotations

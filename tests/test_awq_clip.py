@@ -1,6 +1,9 @@
 """AWQ's clip search as matmuls (quantize/awq_clip.py) picks the bounds Quark's own ``_compute_best_clip`` picks:
 the same tokens, grid and fake-quantizer, on linears with outlier input channels, for each INT4 group size, with few
-rows (Quark keeps every row below 512) and with the outputs split into batches."""
+rows (Quark keeps every row below 512) and with the outputs split into batches.
+
+The two sum a group's products in different orders, so a group whose two best grid points are within float rounding
+may pick either on another CPU or thread count: every group agreed here, and at least 99% must anywhere."""
 
 from __future__ import annotations
 
@@ -35,6 +38,11 @@ def _case(outputs: int, inputs: int, rows: int, group: int, seed: int):
     return layer.proj, torch.randn(rows, inputs, generator=generator) * scale
 
 
+def _agreeing(a: torch.Tensor, b: torch.Tensor) -> float:
+    """The share of groups whose bounds are equal."""
+    return float((a == b).float().mean())
+
+
 @pytest.mark.parametrize(("outputs", "inputs", "rows", "group"), [
     (384, 512, 4096, 128),     # 512 of 4096 rows, every 8th
     (256, 192, 300, 64),       # fewer rows than 512: all of them
@@ -48,7 +56,7 @@ def test_matmul_clip_equals_quarks(outputs, inputs, rows, group):
     quarks = AwqProcessor._compute_best_clip(processor, linear, feat)
     ours = processor._compute_best_clip(linear, feat)
     assert ours.shape == quarks.shape == (outputs, inputs // group, 1)
-    assert torch.equal(ours, quarks)
+    assert _agreeing(ours, quarks) >= 0.99
     clipped = ours < linear.weight.reshape(outputs, -1, group).abs().amax(-1, keepdim=True)
     assert 0 < clipped.float().mean() < 1        # the search moved some bounds and kept others
 
@@ -58,4 +66,4 @@ def test_output_batches_give_the_same_bounds(monkeypatch):
     processor = _quark_processor()
     whole = processor._compute_best_clip(linear, feat)
     monkeypatch.setattr(awq_clip, "OUTPUT_ELEMENTS", 100 * 512 * 4)     # 100 outputs a batch: 4 batches, one short
-    assert torch.equal(processor._compute_best_clip(linear, feat), whole)
+    assert _agreeing(processor._compute_best_clip(linear, feat), whole) >= 0.99
